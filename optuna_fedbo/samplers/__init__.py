@@ -1,0 +1,7 @@
+"""Optuna samplers of optuna-fedbo: thin adapters over :mod:`optuna_fedbo.core`."""
+
+from __future__ import annotations
+
+from optuna_fedbo.samplers._rff_thompson import RFFThompsonSampler
+
+__all__ = ["RFFThompsonSampler"]

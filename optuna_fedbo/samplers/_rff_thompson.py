@@ -1,0 +1,223 @@
+"""Local Thompson sampling on random Fourier features: the baseline of every federation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.samplers import BaseSampler
+from optuna.samplers import RandomSampler
+from optuna.samplers._base import _INDEPENDENT_SAMPLING_WARNING_TEMPLATE
+from optuna.search_space import IntersectionSearchSpace
+from optuna.study import Study
+from optuna.trial import FrozenTrial
+from optuna.trial import TrialState
+
+from optuna_fedbo.core.acquisition import LinearAcquisition
+from optuna_fedbo.core.acquisition import maximize
+from optuna_fedbo.core.posterior import LinearPosterior
+from optuna_fedbo.core.rff import RandomFourierFeatures
+from optuna_fedbo.samplers._observations import TrialObservations
+from optuna_fedbo.search_space import SearchSpaceEncoder
+
+_logger = optuna.logging.get_logger(__name__)
+
+#: Default SE lengthscale in unit-cube coordinates (see ``benchmarks/rff_thompson.py``).
+DEFAULT_LENGTHSCALE = 0.2
+#: Default noise variance of standardized values.
+DEFAULT_NOISE_VARIANCE = 1e-2
+#: Candidate lengthscales of ``lengthscale="auto"`` (marginal-likelihood selection).
+AUTO_LENGTHSCALES = (0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
+#: Candidate noise variances of ``noise_variance="auto"``.
+AUTO_NOISE_VARIANCES = (1e-4, 1e-3, 1e-2, 1e-1)
+
+
+class RFFThompsonSampler(BaseSampler):
+    """Thompson sampling with a Bayesian linear model on random Fourier features.
+
+    Each trial draws ``omega`` from the posterior ``N(nu_t, lambda Sigma_t^{-1})`` of a Bayesian
+    linear regression on ``M`` random Fourier features of an SE kernel (the RFF-GP of the FTS
+    paper, Section 2) fitted to the study's completed trials, and suggests the maximizer of the
+    sampled function ``phi(x)^T omega`` over the search space, encoded into the unit cube.
+    Values are oriented for maximization and standardized, so the study's direction and scale
+    do not matter. Failed, pruned and non-finite trials are ignored. The cost per trial is
+    ``O(M^2)`` per new observation plus ``O(M^3)`` for one Cholesky factorization: it does not
+    grow with the number of trials.
+
+    Args:
+        n_features: Number of random features ``M``.
+        lengthscale: SE lengthscale in unit-cube coordinates, or ``"auto"`` to choose it from
+            :data:`AUTO_LENGTHSCALES` by marginal likelihood on the study's own trials.
+        noise_variance: Noise variance ``lambda`` of the standardized values, or ``"auto"`` to
+            choose it from :data:`AUTO_NOISE_VARIANCES` by marginal likelihood.
+        n_startup_trials: Number of trials sampled by ``independent_sampler`` first.
+        n_candidates: Random candidates scored per suggestion before L-BFGS-B refinement.
+        n_refinements: Number of best candidates refined with L-BFGS-B.
+        independent_sampler: Sampler for the startup trials and for parameters outside the
+            relative search space. Defaults to :class:`~optuna.samplers.RandomSampler`.
+        warn_independent_sampling: Warn when a parameter is sampled independently after the
+            startup trials.
+        feature_seed: Seed of the random features; defaults to ``seed``.
+        seed: Seed of the sampler's own randomness.
+    """
+
+    def __init__(
+        self,
+        *,
+        n_features: int = 100,
+        lengthscale: float | str = DEFAULT_LENGTHSCALE,
+        noise_variance: float | str = DEFAULT_NOISE_VARIANCE,
+        n_startup_trials: int = 10,
+        n_candidates: int = 1024,
+        n_refinements: int = 4,
+        independent_sampler: BaseSampler | None = None,
+        warn_independent_sampling: bool = True,
+        feature_seed: int | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if n_features < 1:
+            raise ValueError(f"n_features must be positive, got {n_features}.")
+        if lengthscale != "auto" and not (
+            isinstance(lengthscale, (int, float)) and lengthscale > 0
+        ):
+            raise ValueError(
+                f"lengthscale must be a positive number or 'auto', got {lengthscale!r}."
+            )
+        if noise_variance != "auto" and not (
+            isinstance(noise_variance, (int, float)) and noise_variance > 0
+        ):
+            raise ValueError(
+                f"noise_variance must be a positive number or 'auto', got {noise_variance!r}."
+            )
+        if n_startup_trials < 0:
+            raise ValueError(f"n_startup_trials must be non-negative, got {n_startup_trials}.")
+        self._n_features = n_features
+        self._lengthscales = AUTO_LENGTHSCALES if lengthscale == "auto" else (float(lengthscale),)
+        self._noise_variances = (
+            AUTO_NOISE_VARIANCES if noise_variance == "auto" else (float(noise_variance),)
+        )
+        self._n_startup_trials = n_startup_trials
+        self._n_candidates = n_candidates
+        self._n_refinements = n_refinements
+        self._rng = np.random.default_rng(seed)
+        self._feature_seed = (
+            feature_seed
+            if feature_seed is not None
+            else (seed if seed is not None else int(self._rng.integers(2**31)))
+        )
+        self._independent_sampler = independent_sampler or RandomSampler(seed=seed)
+        self._warn_independent_sampling = warn_independent_sampling
+        self._intersection_search_space = IntersectionSearchSpace()
+        self._observations: TrialObservations | None = None
+
+    def reseed_rng(self) -> None:
+        self._rng = np.random.default_rng()
+        self._independent_sampler.reseed_rng()
+
+    def infer_relative_search_space(
+        self, study: Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
+        return {
+            name: distribution
+            for name, distribution in self._intersection_search_space.calculate(study).items()
+            if not distribution.single()
+        }
+
+    def sample_relative(
+        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        _check_single_objective(study)
+        if search_space == {}:
+            return {}
+        observations = self._observations_for(search_space)
+        observations.update(study)
+        if observations.count < self._n_startup_trials:
+            return {}
+        features, posterior = self._select_model(observations)
+        omega = posterior.sample(self._rng)
+        extra = None if observations.best_point is None else observations.best_point[None, :]
+        point, _ = maximize(
+            LinearAcquisition(features, omega),
+            observations.encoder.encoding,
+            self._rng,
+            n_candidates=self._n_candidates,
+            n_refinements=self._n_refinements,
+            extra_candidates=extra,
+        )
+        return observations.encoder.decode(point)
+
+    def sample_independent(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        param_name: str,
+        param_distribution: BaseDistribution,
+    ) -> Any:
+        _check_single_objective(study)
+        if self._warn_independent_sampling:
+            completed = study._get_trials(
+                deepcopy=False, states=(TrialState.COMPLETE,), use_cache=True
+            )
+            if len(completed) >= self._n_startup_trials:
+                _logger.warning(
+                    _INDEPENDENT_SAMPLING_WARNING_TEMPLATE.format(
+                        param_name=param_name,
+                        trial_number=trial.number,
+                        independent_sampler_name=type(self._independent_sampler).__name__,
+                        sampler_name=type(self).__name__,
+                        fallback_reason=(
+                            "the parameter is not in the relative search space (a dynamic "
+                            "search space, or the first trial)"
+                        ),
+                    )
+                )
+        return self._independent_sampler.sample_independent(
+            study, trial, param_name, param_distribution
+        )
+
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        self._independent_sampler.before_trial(study, trial)
+
+    def after_trial(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        state: TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        self._independent_sampler.after_trial(study, trial, state, values)
+
+    def _observations_for(self, search_space: dict[str, BaseDistribution]) -> TrialObservations:
+        if self._observations is None or self._observations.encoder.search_space != search_space:
+            encoder = SearchSpaceEncoder(search_space)
+            base = RandomFourierFeatures(
+                encoder.n_columns, self._n_features, self._lengthscales[0], seed=self._feature_seed
+            )
+            self._observations = TrialObservations(
+                encoder, [base.with_lengthscale(ls) for ls in self._lengthscales]
+            )
+        return self._observations
+
+    def _select_model(
+        self, observations: TrialObservations
+    ) -> tuple[RandomFourierFeatures, LinearPosterior]:
+        """The (features, posterior) pair of highest marginal likelihood among the candidates."""
+        best: tuple[float, RandomFourierFeatures, LinearPosterior] | None = None
+        for features, statistics in zip(observations.feature_maps, observations.statistics):
+            for noise_variance in self._noise_variances:
+                posterior = statistics.posterior(noise_variance)
+                if len(observations.feature_maps) * len(self._noise_variances) == 1:
+                    return features, posterior
+                evidence = posterior.log_marginal_likelihood()
+                if best is None or evidence > best[0]:
+                    best = (evidence, features, posterior)
+        assert best is not None
+        return best[1], best[2]
+
+
+def _check_single_objective(study: Study) -> None:
+    if study._is_multi_objective():
+        raise ValueError("RFFThompsonSampler supports single-objective studies only.")

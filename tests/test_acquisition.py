@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from optuna_fedbo.core.acquisition import LinearAcquisition
+from optuna_fedbo.core.acquisition import maximize
+from optuna_fedbo.core.acquisition import UpperConfidenceBound
+from optuna_fedbo.core.posterior import SufficientStatistics
+from optuna_fedbo.core.rff import RandomFourierFeatures
+from optuna_fedbo.core.space import Box
+from optuna_fedbo.core.space import Dimension
+from optuna_fedbo.core.space import UnitCubeEncoding
+
+
+def _grid_max(acquisition, n: int = 401) -> float:
+    grid = np.stack(np.meshgrid(np.linspace(0, 1, n), np.linspace(0, 1, n)), -1).reshape(-1, 2)
+    return float(acquisition.values(grid).max())
+
+
+def test_maximize_reaches_the_grid_maximum() -> None:
+    features = RandomFourierFeatures(2, 100, 0.2, seed=0)
+    encoding = UnitCubeEncoding([Dimension("float", 0, 1)] * 2)
+    for seed in range(5):
+        w = np.random.default_rng(seed).standard_normal(100)
+        acquisition = LinearAcquisition(features, w)
+        point, value = maximize(acquisition, encoding, np.random.default_rng(seed))
+        assert value == pytest.approx(float(acquisition.values(point[None])[0]))
+        assert value >= _grid_max(acquisition) - 1e-3
+
+
+def test_refinement_improves_on_candidates_alone() -> None:
+    features = RandomFourierFeatures(2, 100, 0.2, seed=0)
+    encoding = UnitCubeEncoding([Dimension("float", 0, 1)] * 2)
+    gains = []
+    for seed in range(10):
+        acquisition = LinearAcquisition(features, np.random.default_rng(seed).standard_normal(100))
+        _, coarse = maximize(
+            acquisition, encoding, np.random.default_rng(seed), n_candidates=64, n_refinements=0
+        )
+        _, fine = maximize(acquisition, encoding, np.random.default_rng(seed), n_candidates=64)
+        assert fine >= coarse
+        gains.append(fine - coarse)
+    assert np.mean(gains) > 0
+
+
+def test_maximize_stays_in_the_box_and_on_the_grid() -> None:
+    features = RandomFourierFeatures(4, 60, 0.2, seed=1)
+    encoding = UnitCubeEncoding(
+        [
+            Dimension("float", 0, 1),
+            Dimension("int", 0, 10, step=1),
+            Dimension("categorical", n_choices=2),
+        ]
+    )
+    box = Box(np.array([0.5, 0.0, 0.0, 0.0]), np.array([0.75, 1.0, 1.0, 1.0]))
+    for seed in range(5):
+        w = np.random.default_rng(seed).standard_normal(60)
+        point, _ = maximize(
+            LinearAcquisition(features, w), encoding, np.random.default_rng(seed), box=box
+        )
+        assert 0.5 <= point[0] <= 0.75
+        np.testing.assert_array_equal(point, encoding.snap(point[None])[0])
+        assert point[2:].sum() == 1.0
+
+
+def test_ucb_gradient_and_values() -> None:
+    features = RandomFourierFeatures(2, 40, 0.3, seed=0)
+    rng = np.random.default_rng(0)
+    x_obs = rng.uniform(size=(12, 2))
+    stats = SufficientStatistics(40)
+    stats.add(features(x_obs), np.sin(5 * x_obs[:, 0]))
+    posterior = stats.posterior(0.01)
+    ucb = UpperConfidenceBound(features, posterior, beta=4.0)
+    x = rng.uniform(size=(5, 2))
+    mean, var = posterior.predict(features(x))
+    np.testing.assert_allclose(ucb.values(x), mean + 2.0 * np.sqrt(var))
+    values, grads = ucb.values_and_grads(x)
+    eps = 1e-6
+    numeric = np.stack(
+        [(ucb.values(x + eps * e) - ucb.values(x - eps * e)) / (2 * eps) for e in np.eye(2)], 1
+    )
+    np.testing.assert_allclose(grads, numeric, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError):
+        UpperConfidenceBound(features, posterior, beta=-1.0)
+
+
+def test_linear_acquisition_rejects_wrong_length() -> None:
+    with pytest.raises(ValueError, match="length 10"):
+        LinearAcquisition(RandomFourierFeatures(1, 10, 0.2, seed=0), np.zeros(11))

@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from optuna_fedbo.core.posterior import LinearPosterior
+from optuna_fedbo.core.posterior import SufficientStatistics
+from optuna_fedbo.core.rff import RandomFourierFeatures
+
+
+def test_features_are_identical_for_the_same_public_seed() -> None:
+    x = np.random.default_rng(0).uniform(size=(5, 3))
+    a = RandomFourierFeatures(3, 64, 0.2, seed=7)(x)
+    b = RandomFourierFeatures(3, 64, 0.2, seed=7)(x)
+    c = RandomFourierFeatures(3, 64, 0.2, seed=8)(x)
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, c)
+
+
+def test_features_have_unit_norm_and_approximate_the_se_kernel() -> None:
+    # Appendix A of the FTS paper: phi(x)^T phi(x') ~ exp(-|x - x'|^2 / (2 l^2)), k(x, x) = 1.
+    lengthscale = 0.3
+    features = RandomFourierFeatures(2, 4000, lengthscale, seed=0)
+    x = np.random.default_rng(1).uniform(size=(30, 2))
+    phi = features(x)
+    np.testing.assert_allclose(np.linalg.norm(phi, axis=1), 1.0)
+    exact = np.exp(-np.sum((x[:, None] - x[None]) ** 2, axis=-1) / (2 * lengthscale**2))
+    assert np.abs(phi @ phi.T - exact).max() < 0.06
+
+
+def test_frequencies_follow_the_spectral_density() -> None:
+    # s_i ~ N(0, I / l^2) and b_i ~ U(0, 2 pi).
+    features = RandomFourierFeatures(3, 20000, 0.25, seed=0)
+    frequencies = features.unit_frequencies / features.lengthscale
+    assert np.std(frequencies) == pytest.approx(4.0, rel=0.02)
+    assert 0.0 <= features.phases.min() and features.phases.max() <= 2 * np.pi
+    assert np.mean(features.phases) == pytest.approx(np.pi, rel=0.02)
+
+
+def test_gradient_matches_finite_differences() -> None:
+    features = RandomFourierFeatures(3, 50, 0.3, seed=1)
+    rng = np.random.default_rng(2)
+    x, w = rng.uniform(size=(4, 3)), rng.standard_normal(50)
+    values, grads = features.value_and_grad(x, w)
+    np.testing.assert_allclose(values, features(x) @ w)
+    eps = 1e-6
+    numeric = np.stack(
+        [(features(x + eps * e) @ w - features(x - eps * e) @ w) / (2 * eps) for e in np.eye(3)],
+        axis=1,
+    )
+    np.testing.assert_allclose(grads, numeric, atol=1e-7)
+
+
+def _explicit_posterior(phi: np.ndarray, y: np.ndarray, lam: float):
+    # Equation (3) of the FTS paper with explicit inverses, for reference only.
+    sigma = phi.T @ phi + lam * np.eye(phi.shape[1])
+    sigma_inv = np.linalg.inv(sigma)
+    return sigma_inv @ phi.T @ y, lam * sigma_inv
+
+
+def test_posterior_matches_equation_3() -> None:
+    rng = np.random.default_rng(0)
+    phi, y, lam = rng.standard_normal((30, 10)), rng.standard_normal(30), 0.1
+    stats = SufficientStatistics(10)
+    stats.add(phi[:17], y[:17])
+    stats.add(phi[17:], y[17:])  # incremental updates equal one batch
+    posterior = stats.posterior(lam, standardize=False)
+    mean, cov = _explicit_posterior(phi, y, lam)
+    np.testing.assert_allclose(posterior.mean, mean, rtol=1e-10)
+    draws = posterior.sample(np.random.default_rng(1), size=40000)
+    np.testing.assert_allclose(
+        draws.mean(axis=0), mean, atol=4 * np.sqrt(cov.max() / 40000) + 1e-3
+    )
+    np.testing.assert_allclose(np.cov(draws.T), cov, atol=0.05 * np.abs(cov).max())
+    pred_mean, pred_var = posterior.predict(phi[:3])
+    np.testing.assert_allclose(pred_mean, phi[:3] @ mean)
+    np.testing.assert_allclose(pred_var, np.einsum("nm,mk,nk->n", phi[:3], cov, phi[:3]))
+
+
+def test_standardization_from_sufficient_statistics() -> None:
+    rng = np.random.default_rng(0)
+    phi, y = rng.standard_normal((25, 6)), 100.0 + 7.0 * rng.standard_normal(25)
+    stats = SufficientStatistics(6)
+    stats.add(phi, y)
+    standardized = (y - y.mean()) / y.std()
+    expected = LinearPosterior(phi.T @ phi, phi.T @ standardized, 0.01)
+    np.testing.assert_allclose(stats.posterior(0.01).mean, expected.mean, rtol=1e-9)
+
+
+def test_log_marginal_likelihood_matches_the_gp_form() -> None:
+    rng = np.random.default_rng(3)
+    phi, y, lam = rng.standard_normal((15, 8)), rng.standard_normal(15), 0.3
+    stats = SufficientStatistics(8)
+    stats.add(phi, y)
+    cov = phi @ phi.T + lam * np.eye(15)
+    sign, logdet = np.linalg.slogdet(cov)
+    expected = -0.5 * (y @ np.linalg.solve(cov, y) + logdet + 15 * np.log(2 * np.pi))
+    got = stats.posterior(lam, standardize=False).log_marginal_likelihood()
+    assert got == pytest.approx(expected, rel=1e-10)
+
+
+def test_empty_posterior_is_the_prior() -> None:
+    posterior = SufficientStatistics(5).posterior(0.5)
+    np.testing.assert_array_equal(posterior.mean, np.zeros(5))
+    draws = posterior.sample(np.random.default_rng(0), size=20000)
+    np.testing.assert_allclose(np.var(draws, axis=0), 1.0, rtol=0.05)  # lambda (lambda I)^-1 = I
+
+
+def test_bad_inputs_are_rejected() -> None:
+    stats = SufficientStatistics(3)
+    with pytest.raises(ValueError):
+        stats.add(np.zeros((2, 3)), np.array([1.0, np.nan]))
+    with pytest.raises(ValueError):
+        stats.add(np.zeros((2, 4)), np.array([1.0, 2.0]))
+    with pytest.raises(ValueError):
+        stats.posterior(0.0)
+    with pytest.raises(ValueError):
+        RandomFourierFeatures(2, 10, -1.0, seed=0)
+    with pytest.raises(ValueError):
+        RandomFourierFeatures(2, 10, 0.1, seed=0)(np.zeros((1, 3)))
