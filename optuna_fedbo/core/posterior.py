@@ -113,9 +113,13 @@ class LinearPosterior:
             raise ValueError(f"The noise variance must be positive, got {noise_variance}.")
         n_features = len(feature_target)
         self.noise_variance = float(noise_variance)
-        precision = gram + self.noise_variance * np.eye(n_features)
-        self._cholesky = scipy.linalg.cholesky(precision, lower=True)
-        self.mean: np.ndarray = scipy.linalg.cho_solve((self._cholesky, True), feature_target)
+        precision = gram.copy()
+        precision[np.diag_indices(n_features)] += self.noise_variance
+        # Inputs are finite by construction (SufficientStatistics rejects non-finite targets).
+        self._cholesky = scipy.linalg.cholesky(precision, lower=True, check_finite=False)
+        self.mean: np.ndarray = scipy.linalg.cho_solve(
+            (self._cholesky, True), feature_target, check_finite=False
+        )
         self._feature_target = feature_target
         self._target_square_sum = float(target_square_sum)
         self._count = count
@@ -138,13 +142,15 @@ class LinearPosterior:
         n = 1 if size is None else size
         normal = rng.standard_normal((self.n_features, n))
         # Sigma = L L^T, so L^{-T} z has covariance Sigma^{-1}.
-        deviation = scipy.linalg.solve_triangular(self._cholesky, normal, lower=True, trans="T")
+        deviation = scipy.linalg.solve_triangular(
+            self._cholesky, normal, lower=True, trans="T", check_finite=False
+        )
         draws = self.mean[:, None] + math.sqrt(self.noise_variance) * deviation
         return draws[:, 0] if size is None else draws.T
 
     def solve(self, features: np.ndarray) -> np.ndarray:
         """``Sigma^{-1} phi`` for each row ``phi`` of ``features`` (shape ``(n, M)``)."""
-        return scipy.linalg.cho_solve((self._cholesky, True), features.T).T
+        return scipy.linalg.cho_solve((self._cholesky, True), features.T, check_finite=False).T
 
     def predict(self, features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean ``phi^T nu`` and variance ``lambda phi^T Sigma^{-1} phi`` at features.
@@ -155,7 +161,9 @@ class LinearPosterior:
         Returns:
             ``(mean, variance)``, each of shape ``(n,)``.
         """
-        half = scipy.linalg.solve_triangular(self._cholesky, features.T, lower=True)
+        half = scipy.linalg.solve_triangular(
+            self._cholesky, features.T, lower=True, check_finite=False
+        )
         return features @ self.mean, self.noise_variance * np.sum(half * half, axis=0)
 
     def log_marginal_likelihood(self) -> float:

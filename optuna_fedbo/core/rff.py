@@ -52,8 +52,11 @@ class RandomFourierFeatures:
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """Feature matrix ``Phi`` of shape ``(n, M)`` for points ``x`` of shape ``(n, D)``."""
-        cosines = np.cos(self._check(x) @ self._frequencies + self.phases)
-        return cosines / np.linalg.norm(cosines, axis=1, keepdims=True)
+        cosines = self._check(x) @ self._frequencies
+        cosines += self.phases
+        np.cos(cosines, out=cosines)
+        cosines /= np.sqrt(np.einsum("nm,nm->n", cosines, cosines))[:, None]
+        return cosines
 
     def jacobian(self, x: np.ndarray) -> np.ndarray:
         """The Jacobian ``d phi_j / d x_k``, shape ``(n, M, D)``, at points of shape ``(n, D)``."""

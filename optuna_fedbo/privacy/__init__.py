@@ -1,0 +1,53 @@
+"""Differential privacy: the subsampled Gaussian mechanism of DP-FTS-DE and its accounting.
+
+Noise and subsampling randomness come from :func:`secure_rng` (OS entropy) unless a test injects
+a generator; accounting goes through ``dp_accounting`` only.
+"""
+
+from __future__ import annotations
+
+from optuna_fedbo.privacy._accounting import AccountantKind
+from optuna_fedbo.privacy._accounting import ACCOUNTANTS
+from optuna_fedbo.privacy._accounting import calibrate_noise_multiplier
+from optuna_fedbo.privacy._accounting import classic_rdp_to_epsilon
+from optuna_fedbo.privacy._accounting import compute_epsilon
+from optuna_fedbo.privacy._accounting import default_delta
+from optuna_fedbo.privacy._accounting import make_dp_accountant
+from optuna_fedbo.privacy._accounting import MOMENTS_ORDERS
+from optuna_fedbo.privacy._accounting import MomentsAccountant
+from optuna_fedbo.privacy._accounting import PLD_VALUE_DISCRETIZATION_INTERVAL
+from optuna_fedbo.privacy._accounting import PrivacyAccountant
+from optuna_fedbo.privacy._accounting import RDP_ORDERS
+from optuna_fedbo.privacy._accounting import SamplingKind
+from optuna_fedbo.privacy._accounting import SAMPLINGS
+from optuna_fedbo.privacy._accounting import SubsampledGaussianEvent
+from optuna_fedbo.privacy._gaussian import aggregate
+from optuna_fedbo.privacy._gaussian import AggregationResult
+from optuna_fedbo.privacy._gaussian import clip_to_norm
+from optuna_fedbo.privacy._gaussian import subsampled_gaussian_aggregate
+from optuna_fedbo.privacy._gaussian import SubsampledGaussianMechanism
+from optuna_fedbo.privacy._rng import secure_rng
+
+__all__ = [
+    "ACCOUNTANTS",
+    "AccountantKind",
+    "AggregationResult",
+    "MOMENTS_ORDERS",
+    "MomentsAccountant",
+    "PLD_VALUE_DISCRETIZATION_INTERVAL",
+    "PrivacyAccountant",
+    "RDP_ORDERS",
+    "SAMPLINGS",
+    "SamplingKind",
+    "SubsampledGaussianEvent",
+    "SubsampledGaussianMechanism",
+    "aggregate",
+    "calibrate_noise_multiplier",
+    "classic_rdp_to_epsilon",
+    "clip_to_norm",
+    "compute_epsilon",
+    "default_delta",
+    "make_dp_accountant",
+    "secure_rng",
+    "subsampled_gaussian_aggregate",
+]
