@@ -2,8 +2,27 @@
 
 from __future__ import annotations
 
+from optuna_fedbo.federation import Federation
+from optuna_fedbo.federation import FederationServer
+from optuna_fedbo.federation import FTSConfig
+from optuna_fedbo.federation import presets
+from optuna_fedbo.federation import ProtocolConfig
+from optuna_fedbo.federation import RoundReport
+from optuna_fedbo.federation import simulate
+from optuna_fedbo.samplers import FedThompsonSampler
 from optuna_fedbo.samplers import RFFThompsonSampler
 
 __version__ = "0.1.0"
 
-__all__ = ["RFFThompsonSampler", "__version__"]
+__all__ = [
+    "FTSConfig",
+    "FedThompsonSampler",
+    "Federation",
+    "FederationServer",
+    "ProtocolConfig",
+    "RFFThompsonSampler",
+    "RoundReport",
+    "__version__",
+    "presets",
+    "simulate",
+]

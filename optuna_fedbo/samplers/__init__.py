@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from optuna_fedbo.samplers._fed_thompson import FedThompsonSampler
 from optuna_fedbo.samplers._rff_thompson import RFFThompsonSampler
 
-__all__ = ["RFFThompsonSampler"]
+__all__ = ["FedThompsonSampler", "RFFThompsonSampler"]

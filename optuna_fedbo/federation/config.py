@@ -1,0 +1,309 @@
+"""Frozen, hashed, JSON-serializable configuration of a federation.
+
+A federation is fixed at creation by a :class:`FederationConfig`: its name, the search space every
+participant tunes, the number of registered participants ``N``, a protocol configuration (a
+tagged :class:`ProtocolConfig` such as :class:`FTSConfig`), the privacy configuration and the
+public seed. The configuration is stored in canonical JSON next to its SHA-256 hash; every
+upload carries that hash, so a participant running with another configuration is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+import dataclasses
+from dataclasses import dataclass
+import json
+import math
+from typing import Any
+from typing import ClassVar
+
+from optuna.distributions import BaseDistribution
+from optuna.distributions import distribution_to_json
+from optuna.distributions import json_to_distribution
+
+from optuna_fedbo.federation._codec import canonical_json
+from optuna_fedbo.federation._codec import digest
+from optuna_fedbo.federation.schedules import check_schedule_name
+from optuna_fedbo.search_space import SearchSpaceEncoder
+
+#: Version of the stored configuration format.
+CONFIG_FORMAT = 1
+
+_PROTOCOLS: dict[str, type[ProtocolConfig]] = {}
+
+
+@dataclass(frozen=True)
+class ProtocolConfig:
+    """Base class of protocol configurations: a tagged, frozen, JSON-serializable dataclass.
+
+    Subclasses set the class variable ``kind`` (a unique tag) and use only JSON scalars (int,
+    float, str, bool, None) as fields; they are registered automatically so that
+    :meth:`from_dict` can rebuild them from storage.
+    """
+
+    kind: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.kind:
+            if cls.kind in _PROTOCOLS and _PROTOCOLS[cls.kind].__qualname__ != cls.__qualname__:
+                raise ValueError(f"Protocol kind {cls.kind!r} is already registered.")
+            _PROTOCOLS[cls.kind] = cls
+
+    def to_dict(self) -> dict[str, Any]:
+        """The configuration as a JSON object tagged with ``kind``."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {"kind": self.kind, **fields}
+
+    @staticmethod
+    def from_dict(record: Mapping[str, Any]) -> ProtocolConfig:
+        """Rebuild a configuration from :meth:`to_dict`'s output.
+
+        Raises:
+            ValueError: For an unknown ``kind`` or invalid fields.
+        """
+        record = dict(record)
+        kind = record.pop("kind", None)
+        if kind not in _PROTOCOLS:
+            raise ValueError(
+                f"Unknown protocol kind {kind!r}; known kinds: {sorted(_PROTOCOLS)} (import the "
+                "module that defines it first)."
+            )
+        cls = _PROTOCOLS[kind]
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(record) - names
+        if unknown:
+            raise ValueError(f"Unknown fields {sorted(unknown)} for protocol {kind!r}.")
+        return cls(**record)
+
+    def check_search_space(self, encoder: SearchSpaceEncoder) -> None:
+        """Raise ``ValueError`` if the protocol cannot run on this search space."""
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+
+
+def _non_negative_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}.")
+
+
+def _positive_float(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a positive number, got {value!r}.")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be positive and finite, got {value!r}.")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class FTSConfig(ProtocolConfig):
+    """Federated Thompson sampling (FTS) and its distributed-exploration variant (FTS-DE).
+
+    Every participant fits a Bayesian linear model on ``n_features`` shared random Fourier
+    features (drawn from the federation's public seed) and uploads one draw ``omega`` of its
+    weights per round. The server combines the draws into one vector per sub-region (the
+    modified FTS of DP-FTS-DE, ``aggregation="weighted"``) or relays them all so that each
+    participant picks one at random (the original FTS, ``aggregation="sample"``).
+
+    Args:
+        n_features: Number of random features ``M``.
+        lengthscale: SE kernel lengthscale of the shared features, in unit-cube coordinates.
+        noise_variance: Noise variance ``lambda`` of the participants' standardized values.
+        n_subregions: Number ``P`` of equal-volume sub-regions for distributed exploration;
+            1 disables it (modified FTS / DP-FTS).
+        weight_a: The softmax constant ``a`` of the sub-region weights (the paper uses 15).
+        weight_hold_rounds: Rounds during which the weights keep their full exponent ``a + 1``.
+        weight_decay_rounds: Rounds over which the exponent decays linearly to 1 (uniform
+            weights). ``weight_hold_rounds = weight_decay_rounds = 0`` gives equal weights from
+            the start (the "equal weights" ablation of the paper's appendix).
+        n_init: Number of initial points per participant, drawn uniformly from the
+            participant's sub-region (from the whole domain if ``init_in_subregion`` is false).
+        init_in_subregion: Draw the initial points in the assigned sub-region (distributed
+            exploration) rather than in the whole domain (the other ablation of the appendix).
+        aggregation: ``"weighted"`` (DP-FTS-DE's server aggregation) or ``"sample"`` (the
+            original FTS: the server relays every agent's vector and a participant draws one of
+            the others' from ``P_N``, uniform over the agents that uploaded).
+        schedule: Default ``p_t`` schedule of the participants (a name of
+            :data:`optuna_fedbo.federation.schedules.SCHEDULES`); a participant may override
+            it with any callable.
+        standardize: Fit (and share) each participant's values standardized by its own mean
+            and standard deviation, so that scales and offsets do not matter. Set it to false
+            when every participant reports values on a common scale of order one (e.g.
+            accuracies): distributed exploration then compares sub-regions on that common
+            scale, which per-participant standardization distorts early on, when each
+            participant has only seen its own sub-region.
+    """
+
+    kind: ClassVar[str] = "fts"
+
+    n_features: int = 100
+    lengthscale: float = 0.2
+    noise_variance: float = 1e-2
+    n_subregions: int = 1
+    weight_a: float = 15.0
+    weight_hold_rounds: int = 10
+    weight_decay_rounds: int = 30
+    n_init: int = 10
+    init_in_subregion: bool = True
+    aggregation: str = "weighted"
+    schedule: str = "1-1/t"
+    standardize: bool = True
+
+    def __post_init__(self) -> None:
+        _positive_int("n_features", self.n_features)
+        object.__setattr__(self, "lengthscale", _positive_float("lengthscale", self.lengthscale))
+        object.__setattr__(
+            self, "noise_variance", _positive_float("noise_variance", self.noise_variance)
+        )
+        _positive_int("n_subregions", self.n_subregions)
+        object.__setattr__(self, "weight_a", _positive_float("weight_a", self.weight_a))
+        _non_negative_int("weight_hold_rounds", self.weight_hold_rounds)
+        _non_negative_int("weight_decay_rounds", self.weight_decay_rounds)
+        _non_negative_int("n_init", self.n_init)
+        if not isinstance(self.init_in_subregion, bool):
+            raise ValueError(f"init_in_subregion must be a bool, got {self.init_in_subregion!r}.")
+        if self.aggregation not in ("weighted", "sample"):
+            raise ValueError(
+                f"aggregation must be 'weighted' or 'sample', got {self.aggregation!r}."
+            )
+        if self.aggregation == "sample" and self.n_subregions != 1:
+            raise ValueError(
+                "aggregation='sample' (the original FTS) relays whole vectors and has no "
+                f"sub-regions; use n_subregions=1, got {self.n_subregions}."
+            )
+        check_schedule_name(self.schedule)
+        if not isinstance(self.standardize, bool):
+            raise ValueError(f"standardize must be a bool, got {self.standardize!r}.")
+
+    def check_search_space(self, encoder: SearchSpaceEncoder) -> None:
+        if self.n_subregions > 1 and all(
+            d.kind == "categorical" for d in encoder.encoding.dimensions
+        ):
+            raise ValueError(
+                "Sub-regions split numeric parameters; this search space has only categorical "
+                f"ones, so n_subregions must be 1 (got {self.n_subregions})."
+            )
+
+
+def search_space_to_json(search_space: Mapping[str, BaseDistribution]) -> list[list[Any]]:
+    """Encode a search space as an ordered list of ``[name, distribution]`` pairs."""
+    return [[name, json.loads(distribution_to_json(d))] for name, d in search_space.items()]
+
+
+def search_space_from_json(record: Any) -> dict[str, BaseDistribution]:
+    """Decode :func:`search_space_to_json`'s output (the order of the parameters is kept)."""
+    if not isinstance(record, list):
+        raise ValueError("A stored search space must be a list of [name, distribution] pairs.")
+    return {name: json_to_distribution(json.dumps(d)) for name, d in record}
+
+
+@dataclass(frozen=True)
+class FederationConfig:
+    """Everything that defines a federation; equal configurations have equal hashes.
+
+    Args:
+        name: Federation name (the name of its study in the storage).
+        search_space: Parameter names to Optuna distributions, in column order.
+        n_clients: Number ``N`` of registered participants (public).
+        protocol: The protocol configuration.
+        privacy: The privacy configuration as a JSON object, or ``None`` for no privacy.
+        seed: Public seed of the shared randomness (random features, assignments).
+    """
+
+    name: str
+    search_space: Mapping[str, BaseDistribution]
+    n_clients: int
+    protocol: ProtocolConfig
+    privacy: Mapping[str, Any] | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"The federation name must be a non-empty string, got {self.name!r}.")
+        if len(self.name) > 200:
+            raise ValueError("The federation name must have at most 200 characters.")
+        if not isinstance(self.search_space, Mapping) or len(self.search_space) == 0:
+            raise ValueError("The search space must be a non-empty mapping of distributions.")
+        for key, dist in self.search_space.items():
+            if not isinstance(dist, BaseDistribution):
+                raise ValueError(
+                    f"search_space[{key!r}] must be an Optuna distribution, got {dist!r}."
+                )
+        _positive_int("n_clients", self.n_clients)
+        if not isinstance(self.protocol, ProtocolConfig):
+            raise ValueError(f"protocol must be a ProtocolConfig, got {self.protocol!r}.")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}.")
+        object.__setattr__(self, "search_space", dict(self.search_space))
+        self.protocol.check_search_space(SearchSpaceEncoder(self.search_space))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The configuration as a JSON object."""
+        return {
+            "format": CONFIG_FORMAT,
+            "name": self.name,
+            "search_space": search_space_to_json(self.search_space),
+            "n_clients": self.n_clients,
+            "protocol": self.protocol.to_dict(),
+            "privacy": None if self.privacy is None else dict(self.privacy),
+            "seed": self.seed,
+        }
+
+    def to_json(self) -> str:
+        """Canonical JSON of :meth:`to_dict`."""
+        return canonical_json(self.to_dict())
+
+    @property
+    def hash(self) -> str:
+        """SHA-256 of the canonical JSON: the identity of this configuration."""
+        return digest(self.to_json())
+
+    @classmethod
+    def from_json(cls, text: str) -> FederationConfig:
+        """Rebuild a configuration from :meth:`to_json`'s output.
+
+        Raises:
+            ValueError: If the text is not a valid stored configuration.
+        """
+        try:
+            record = json.loads(text)
+        except (TypeError, ValueError):
+            raise ValueError("The stored federation configuration is not valid JSON.") from None
+        if not isinstance(record, dict) or record.get("format") != CONFIG_FORMAT:
+            raise ValueError(
+                f"Unsupported federation configuration format {record.get('format')!r} "
+                f"(this version reads format {CONFIG_FORMAT})."
+            )
+        return cls(
+            name=record["name"],
+            search_space=search_space_from_json(record["search_space"]),
+            n_clients=record["n_clients"],
+            protocol=ProtocolConfig.from_dict(record["protocol"]),
+            privacy=record["privacy"],
+            seed=record["seed"],
+        )
+
+    def differences(self, other: FederationConfig) -> list[str]:
+        """Human-readable differences between two configurations (empty if equal)."""
+        mine, theirs = self.to_dict(), other.to_dict()
+        out = []
+        for key in ("name", "n_clients", "seed", "privacy"):
+            if mine[key] != theirs[key]:
+                out.append(f"{key}: {mine[key]!r} != {theirs[key]!r}")
+        if mine["search_space"] != theirs["search_space"]:
+            a = dict((n, d) for n, d in mine["search_space"])
+            b = dict((n, d) for n, d in theirs["search_space"])
+            differing = [n for n in sorted(set(a) | set(b)) if a.get(n) != b.get(n)]
+            for name in differing:
+                out.append(f"search_space[{name!r}]: {a.get(name)} != {b.get(name)}")
+            if not differing:
+                out.append(f"search_space order: {list(a)} != {list(b)}")
+        if mine["protocol"] != theirs["protocol"]:
+            p, q = mine["protocol"], theirs["protocol"]
+            for key in sorted(set(p) | set(q)):
+                if p.get(key) != q.get(key):
+                    out.append(f"protocol.{key}: {p.get(key)!r} != {q.get(key)!r}")
+        return out

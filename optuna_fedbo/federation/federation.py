@@ -1,0 +1,516 @@
+"""The :class:`Federation` handle: create or load a federation by name from an Optuna storage."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+import math
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.exceptions import DuplicatedStudyError
+from optuna.storages import BaseStorage
+
+from optuna_fedbo.core.rff import RandomFourierFeatures
+from optuna_fedbo.federation.config import FederationConfig
+from optuna_fedbo.federation.config import FTSConfig
+from optuna_fedbo.federation.config import ProtocolConfig
+from optuna_fedbo.federation.messages import Broadcast
+from optuna_fedbo.federation.messages import encode_upload
+from optuna_fedbo.federation.messages import parse_broadcast
+from optuna_fedbo.federation.store import check_client_id
+from optuna_fedbo.federation.store import FederationNotFoundError
+from optuna_fedbo.federation.store import FederationStore
+from optuna_fedbo.federation.store import resolve_storage
+from optuna_fedbo.federation.subregions import SubregionPartition
+from optuna_fedbo.search_space import SearchSpaceEncoder
+
+_logger = optuna.logging.get_logger(__name__)
+
+
+def _check_privacy(privacy: Any) -> None:
+    if privacy is not None:
+        raise ValueError(
+            f"privacy={privacy!r} is not supported by this version of optuna-fedbo: only "
+            "privacy=None (no differential privacy) is available."
+        )
+
+
+@dataclass(frozen=True)
+class Participant:
+    """A participant's place in the federation.
+
+    Attributes:
+        client_id: Its id.
+        index: Its index ``n`` in ``[0, N)`` (order of first join; never changes).
+        subregion: The sub-region it explores at initialization (``n mod P``).
+    """
+
+    client_id: str
+    index: int
+    subregion: int
+
+
+@dataclass(frozen=True)
+class FederationStatus:
+    """A snapshot of a federation for operators (``optuna-fedbo status``).
+
+    Attributes:
+        name: Federation name.
+        n_clients: Registered participants ``N``.
+        participants: Ids of the participants that joined, by index.
+        open_round: The round currently collecting uploads.
+        n_published: Number of published broadcasts.
+        uploaded: Participants with an upload in the open round.
+        missing: Joined participants without an upload in the open round.
+        server: The server's last heartbeat record, if any.
+    """
+
+    name: str
+    n_clients: int
+    participants: tuple[str, ...]
+    open_round: int
+    n_published: int
+    uploaded: tuple[str, ...]
+    missing: tuple[str, ...]
+    server: dict[str, Any] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The status as a JSON object."""
+        return {
+            "name": self.name,
+            "n_clients": self.n_clients,
+            "participants": list(self.participants),
+            "open_round": self.open_round,
+            "n_published": self.n_published,
+            "uploaded": list(self.uploaded),
+            "missing": list(self.missing),
+            "not_joined": self.n_clients - len(self.participants),
+            "server": self.server,
+        }
+
+    def format(self) -> str:
+        """A human-readable summary."""
+        lines = [
+            f"federation     {self.name}",
+            f"participants   {len(self.participants)} of {self.n_clients} joined",
+            f"rounds         {self.n_published} published; round {self.open_round} open",
+            f"uploaded       {len(self.uploaded)}: {', '.join(self.uploaded) or '-'}",
+            f"missing        {len(self.missing)}: {', '.join(self.missing) or '-'}",
+        ]
+        if self.server is None:
+            lines.append("server         never seen")
+        else:
+            age = time.time() - float(self.server.get("heartbeat", 0.0))
+            lines.append(
+                f"server         {self.server.get('host')} pid {self.server.get('pid')}, "
+                f"last seen {age:.0f} s ago"
+            )
+        return "\n".join(lines)
+
+
+class Federation:
+    """A federation of participants tuning the same search space, stored in an Optuna storage.
+
+    Use :meth:`create` or :meth:`load`; the constructor is internal. The object is thread-safe
+    and cheap to share between the samplers of one process (they must share it when the storage
+    is in-memory).
+    """
+
+    def __init__(self, store: FederationStore, config: FederationConfig, config_hash: str) -> None:
+        self._store = store
+        self._config = config
+        self._hash = config_hash
+        self._encoder = SearchSpaceEncoder(config.search_space)
+        self._lock = threading.Lock()
+        self._features: RandomFourierFeatures | None = None
+        self._partition: SubregionPartition | None = None
+        self._broadcast: Broadcast | None = None
+        self._broadcast_trial: int | None = None
+        self._indices: dict[str, int] = {}
+
+    # ----------------------------------------------------------------------- lifecycle
+    @classmethod
+    def create(
+        cls,
+        name: str,
+        *,
+        search_space: Mapping[str, BaseDistribution],
+        n_clients: int,
+        storage: str | BaseStorage | None = None,
+        protocol: ProtocolConfig | None = None,
+        privacy: Any = None,
+        seed: int = 0,
+        load_if_exists: bool = False,
+    ) -> Federation:
+        """Create a federation.
+
+        Args:
+            name: Federation name (the name of its study in the storage).
+            search_space: Parameter names to Optuna distributions, shared by every participant.
+            n_clients: Number ``N`` of registered participants (public).
+            storage: ``None`` (in-memory, one process), an RDB URL, a journal file
+                (``journal:PATH`` or a ``.log`` path) or any ``BaseStorage``.
+            protocol: The protocol; ``None`` is ``FTSConfig()``.
+            privacy: Must be ``None`` (no differential privacy) in this version.
+            seed: Public seed of the shared randomness (random features, sub-regions).
+            load_if_exists: Load an existing federation of that name instead of failing, if and
+                only if its configuration is identical.
+
+        Raises:
+            ValueError: On invalid arguments, or if the federation exists (with another
+                configuration, or ``load_if_exists`` false).
+        """
+        _check_privacy(privacy)
+        config = FederationConfig(
+            name=name,
+            search_space=search_space,
+            n_clients=n_clients,
+            protocol=FTSConfig() if protocol is None else protocol,
+            privacy=None,
+            seed=seed,
+        )
+        store = FederationStore(resolve_storage(storage), name)
+        try:
+            store.create(config.to_json(), config.hash)
+        except DuplicatedStudyError:
+            if not load_if_exists:
+                raise ValueError(
+                    f"A study named {name!r} already exists in this storage; use "
+                    "Federation.load, or load_if_exists=True to join an identical federation."
+                ) from None
+            existing = cls._from_store(store, wait=5.0)
+            differences = existing.config.differences(config)
+            if differences:
+                raise ValueError(
+                    f"Federation {name!r} exists with a different configuration: "
+                    + "; ".join(differences)
+                ) from None
+            return existing
+        _logger.info(f"Created federation {name!r} (config {config.hash[:12]}).")
+        return cls(store, config, config.hash)
+
+    @classmethod
+    def load(
+        cls,
+        name: str,
+        storage: str | BaseStorage | None = None,
+        *,
+        search_space: Mapping[str, BaseDistribution] | None = None,
+        protocol: ProtocolConfig | None = None,
+        n_clients: int | None = None,
+        seed: int | None = None,
+    ) -> Federation:
+        """Load a federation by name; optionally check that it is the one you expect.
+
+        Args:
+            name: Federation name.
+            storage: The storage it lives in (as for :meth:`create`).
+            search_space: If given, the search space you intend to tune; loading fails if the
+                federation's differs.
+            protocol: If given, the protocol configuration you expect.
+            n_clients: If given, the number of participants you expect.
+            seed: If given, the public seed you expect.
+
+        Raises:
+            KeyError: If there is no federation of that name.
+            ValueError: If an expected value differs from the stored configuration.
+        """
+        store = FederationStore(resolve_storage(storage), name)
+        federation = cls._from_store(store, wait=0.0)
+        config = federation.config
+        problems = []
+        if search_space is not None:
+            expected = FederationConfig(
+                name=name,
+                search_space=search_space,
+                n_clients=config.n_clients,
+                protocol=config.protocol,
+                privacy=config.privacy,
+                seed=config.seed,
+            )
+            problems += config.differences(expected)
+        if protocol is not None and protocol != config.protocol:
+            problems.append(f"protocol: stored {config.protocol!r}, expected {protocol!r}")
+        if n_clients is not None and n_clients != config.n_clients:
+            problems.append(f"n_clients: stored {config.n_clients}, expected {n_clients}")
+        if seed is not None and seed != config.seed:
+            problems.append(f"seed: stored {config.seed}, expected {seed}")
+        if problems:
+            raise ValueError(
+                f"Federation {name!r} does not match what you expect: " + "; ".join(problems)
+            )
+        return federation
+
+    @classmethod
+    def _from_store(cls, store: FederationStore, wait: float) -> Federation:
+        text, config_hash = store.read_config(wait=wait)
+        config = FederationConfig.from_json(text)
+        if config.hash != config_hash:
+            raise ValueError(
+                f"The stored configuration of federation {store.name!r} does not match its hash; "
+                "the storage was modified by hand."
+            )
+        return cls(store, config, config_hash)
+
+    # ---------------------------------------------------------------------- properties
+    @property
+    def name(self) -> str:
+        """Federation name."""
+        return self._config.name
+
+    @property
+    def storage(self) -> BaseStorage:
+        """The storage holding the federation's state."""
+        return self._store.storage
+
+    @property
+    def store(self) -> FederationStore:
+        """Low-level access to the stored records."""
+        return self._store
+
+    @property
+    def config(self) -> FederationConfig:
+        """The frozen configuration."""
+        return self._config
+
+    @property
+    def config_hash(self) -> str:
+        """SHA-256 of the canonical configuration."""
+        return self._hash
+
+    @property
+    def search_space(self) -> dict[str, BaseDistribution]:
+        """The shared search space (a copy)."""
+        return dict(self._config.search_space)
+
+    @property
+    def n_clients(self) -> int:
+        """Number ``N`` of registered participants."""
+        return self._config.n_clients
+
+    @property
+    def protocol(self) -> ProtocolConfig:
+        """The protocol configuration."""
+        return self._config.protocol
+
+    @property
+    def seed(self) -> int:
+        """The public seed."""
+        return self._config.seed
+
+    @property
+    def encoder(self) -> SearchSpaceEncoder:
+        """The unit-cube encoding of the search space."""
+        return self._encoder
+
+    @property
+    def fts(self) -> FTSConfig:
+        """The protocol configuration, which must be an :class:`FTSConfig`."""
+        if not isinstance(self._config.protocol, FTSConfig):
+            raise ValueError(
+                f"Federation {self.name!r} runs protocol {self._config.protocol.kind!r}, not FTS."
+            )
+        return self._config.protocol
+
+    def features(self) -> RandomFourierFeatures:
+        """The shared random features ``phi`` (identical for everyone: public seed)."""
+        with self._lock:
+            if self._features is None:
+                fts = self.fts
+                self._features = RandomFourierFeatures(
+                    self._encoder.n_columns, fts.n_features, fts.lengthscale, seed=self.seed
+                )
+            return self._features
+
+    def partition(self) -> SubregionPartition:
+        """The ``P`` equal-volume sub-regions of the encoded search space."""
+        with self._lock:
+            if self._partition is None:
+                self._partition = SubregionPartition(self._encoder.encoding, self.fts.n_subregions)
+            return self._partition
+
+    def subregion_of(self, index: int) -> int:
+        """The sub-region assigned to participant ``index`` (round robin, as the authors do)."""
+        if not 0 <= index < self.n_clients:
+            raise ValueError(f"Participant index {index} is outside [0, {self.n_clients}).")
+        return index % self.fts.n_subregions
+
+    def assignment(self) -> np.ndarray:
+        """The sub-region of every participant index, shape ``(N,)``."""
+        return np.arange(self.n_clients) % self.fts.n_subregions
+
+    # --------------------------------------------------------------------- participants
+    def participants(self) -> list[str]:
+        """Ids of the participants that joined, by index (at most ``N``)."""
+        return self._store.roster()[: self.n_clients]
+
+    def index_of(self, client_id: str) -> int | None:
+        """The index of a participant, or ``None`` if it has not joined."""
+        with self._lock:
+            if client_id in self._indices:
+                return self._indices[client_id]
+        roster = self.participants()
+        if client_id not in roster:
+            return None
+        with self._lock:
+            # Indices never change once assigned: cache them.
+            self._indices.update((c, i) for i, c in enumerate(roster))
+        return roster.index(client_id)
+
+    def join(self, client_id: str) -> Participant:
+        """Register a participant (idempotent: rejoining returns the same index).
+
+        Raises:
+            ValueError: If the id is invalid or ``N`` other participants have already joined.
+        """
+        check_client_id(client_id)
+        roster = self._store.roster()
+        if client_id not in roster[: self.n_clients]:
+            if len(roster) >= self.n_clients:
+                raise ValueError(self._full_message(client_id))
+            self._store.register(client_id, {"host": socket.gethostname(), "pid": os.getpid()})
+            roster = self._store.roster()
+            if client_id not in roster[: self.n_clients]:
+                raise ValueError(self._full_message(client_id))
+        index = roster.index(client_id)
+        subregion = self.subregion_of(index) if isinstance(self.protocol, FTSConfig) else 0
+        return Participant(client_id=client_id, index=index, subregion=subregion)
+
+    def _full_message(self, client_id: str) -> str:
+        return (
+            f"Federation {self.name!r} is full: its {self.n_clients} participants have joined "
+            f"and {client_id!r} is not one of them."
+        )
+
+    # ----------------------------------------------------------------------- rounds
+    def open_round(self) -> int:
+        """The round currently collecting uploads (the newest published round + 1)."""
+        latest = self._store.latest()
+        return 0 if latest is None else int(latest["round"]) + 1
+
+    def latest_broadcast(self) -> Broadcast | None:
+        """The newest published broadcast, or ``None`` before the first one."""
+        latest = self._store.latest()
+        if latest is None:
+            return None
+        trial_id = int(latest["trial_id"])
+        with self._lock:
+            if self._broadcast_trial == trial_id:
+                return self._broadcast
+        round_index, payload = self._store.read_broadcast(trial_id)
+        broadcast = parse_broadcast(payload)
+        if broadcast.round != round_index or broadcast.config_hash != self._hash:
+            raise ValueError(f"Broadcast trial {trial_id} does not belong to this federation.")
+        with self._lock:
+            self._broadcast, self._broadcast_trial = broadcast, trial_id
+        return broadcast
+
+    def wait_for_round(
+        self, round_index: int, timeout: float | None = None, poll_interval: float = 0.05
+    ) -> Broadcast | None:
+        """Block until round ``round_index`` (or a later one) is published.
+
+        Returns:
+            The newest broadcast, or ``None`` if the timeout expired first.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            latest = self._store.latest()
+            if latest is not None and int(latest["round"]) >= round_index:
+                return self.latest_broadcast()
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            time.sleep(poll_interval)
+
+    def upload(
+        self,
+        client_id: str,
+        omega: np.ndarray,
+        *,
+        n_observations: int,
+        iteration: int,
+    ) -> int:
+        """Send a participant's vector to the open round.
+
+        A second upload by the same participant in the same round replaces the first.
+
+        Args:
+            client_id: The participant (must have joined).
+            omega: The vector, shape ``(M,)``, finite.
+            n_observations: Number of observations behind it.
+            iteration: The participant's BO iteration (``<= 0`` during the initial design).
+
+        Returns:
+            The round the vector was sent to.
+
+        Raises:
+            ValueError: For a vector of the wrong shape or with NaN/inf, or an unknown client.
+        """
+        omega = np.asarray(omega, dtype=float)
+        n_features = self.fts.n_features
+        if omega.shape != (n_features,):
+            raise ValueError(f"omega must have shape ({n_features},), got {omega.shape}.")
+        if not np.all(np.isfinite(omega)):
+            raise ValueError("omega contains NaN or infinity; it is not uploaded.")
+        if self.index_of(client_id) is None:
+            raise ValueError(f"{client_id!r} has not joined federation {self.name!r}.")
+        for attempt in range(2):
+            round_index = self.open_round()
+            payload = encode_upload(
+                config_hash=self._hash,
+                round_index=round_index,
+                client_id=client_id,
+                omega=omega,
+                n_observations=n_observations,
+                iteration=iteration,
+            )
+            try:
+                self._store.write_upload(round_index, client_id, payload)
+                return round_index
+            except KeyError:
+                # The round closed between reading the pointer and writing: use the next one.
+                if attempt == 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    # ------------------------------------------------------------------------ status
+    def status(self) -> FederationStatus:
+        """Rounds, participants, and who is missing in the open round."""
+        participants = tuple(self.participants())
+        open_round = self.open_round()
+        uploaded = tuple(c for c in self._store.upload_keys(open_round) if c in participants)
+        missing = tuple(c for c in participants if c not in uploaded)
+        return FederationStatus(
+            name=self.name,
+            n_clients=self.n_clients,
+            participants=participants,
+            open_round=open_round,
+            n_published=open_round,
+            uploaded=uploaded,
+            missing=missing,
+            server=self._store.server_status(),
+        )
+
+    def privacy_spent(self) -> tuple[float, float]:
+        """``(epsilon, delta)`` spent so far.
+
+        Without differential privacy nothing is protected: every mechanism is
+        ``(inf, 0)``-DP, which is what is returned.
+        """
+        return (math.inf, 0.0)
+
+    def __repr__(self) -> str:
+        return (
+            f"Federation(name={self.name!r}, n_clients={self.n_clients}, "
+            f"protocol={self.protocol!r}, config={self._hash[:12]})"
+        )
+
+
+__all__ = ["Federation", "FederationNotFoundError", "FederationStatus", "Participant"]

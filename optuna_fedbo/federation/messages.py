@@ -1,0 +1,201 @@
+"""The two messages of the FTS protocol: a participant's upload and the server's broadcast.
+
+Both are JSON objects stored as strings; vectors are exact float64 in base64. Parsing checks
+every field, so that a malformed, non-finite, wrong-length or foreign upload is rejected with a
+reason instead of reaching the aggregation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from optuna_fedbo.federation._codec import canonical_json
+from optuna_fedbo.federation._codec import decode_array
+from optuna_fedbo.federation._codec import encode_array
+from optuna_fedbo.federation.store import loads_object
+
+MESSAGE_FORMAT = 1
+
+
+class UploadRejected(ValueError):
+    """An upload the server must not aggregate; the message says why."""
+
+
+@dataclass(frozen=True)
+class Upload:
+    """One participant's vector for one round.
+
+    Attributes:
+        client_id: The participant.
+        round: The round it was sent for.
+        omega: The vector ``omega_{n,t}`` of shape ``(M,)``.
+        n_observations: Number of the participant's observations behind the draw.
+        iteration: The participant's BO iteration ``t`` (``<= 0`` during the initial design).
+        sent_at: Participant's clock at sending (informative only).
+    """
+
+    client_id: str
+    round: int
+    omega: np.ndarray
+    n_observations: int
+    iteration: int
+    sent_at: float
+
+
+def encode_upload(
+    *,
+    config_hash: str,
+    round_index: int,
+    client_id: str,
+    omega: np.ndarray,
+    n_observations: int,
+    iteration: int,
+) -> str:
+    """Serialize an upload."""
+    return canonical_json(
+        {
+            "format": MESSAGE_FORMAT,
+            "config": config_hash,
+            "round": int(round_index),
+            "client": client_id,
+            "omega": encode_array(omega),
+            "n_observations": int(n_observations),
+            "iteration": int(iteration),
+            "sent_at": time.time(),
+        }
+    )
+
+
+def _int_field(record: dict[str, Any], key: str) -> int:
+    value = record.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UploadRejected(f"field {key!r} must be an integer, got {value!r}")
+    return value
+
+
+def parse_upload(
+    text: Any,
+    *,
+    client_id: str,
+    round_index: int,
+    config_hash: str,
+    n_features: int,
+) -> Upload:
+    """Parse and check an upload found under ``client_id``'s key of round ``round_index``.
+
+    Raises:
+        UploadRejected: With the reason, if the upload must not be aggregated.
+    """
+    try:
+        record = loads_object(text)
+    except ValueError as error:
+        raise UploadRejected(f"malformed upload ({error})") from None
+    if record.get("format") != MESSAGE_FORMAT:
+        raise UploadRejected(f"unknown upload format {record.get('format')!r}")
+    if record.get("config") != config_hash:
+        raise UploadRejected(
+            f"federation configuration mismatch (upload for {str(record.get('config'))[:12]}, "
+            f"federation is {config_hash[:12]})"
+        )
+    if record.get("client") != client_id:
+        raise UploadRejected(
+            f"written under participant {client_id!r} but signed {record.get('client')!r}"
+        )
+    if _int_field(record, "round") != round_index:
+        raise UploadRejected(f"written in round {round_index} for round {record.get('round')!r}")
+    try:
+        omega = decode_array(record.get("omega"))
+    except ValueError as error:
+        raise UploadRejected(f"malformed vector ({error})") from None
+    if omega.shape != (n_features,):
+        raise UploadRejected(f"vector of shape {omega.shape}, expected ({n_features},)")
+    if not np.all(np.isfinite(omega)):
+        raise UploadRejected("vector contains NaN or infinity")
+    sent_at = record.get("sent_at")
+    if isinstance(sent_at, bool) or not isinstance(sent_at, (int, float)):
+        raise UploadRejected(f"field 'sent_at' must be a number, got {sent_at!r}")
+    n_observations = _int_field(record, "n_observations")
+    if n_observations < 0:
+        raise UploadRejected(f"negative n_observations {n_observations}")
+    return Upload(
+        client_id=client_id,
+        round=round_index,
+        omega=omega,
+        n_observations=n_observations,
+        iteration=_int_field(record, "iteration"),
+        sent_at=float(sent_at),
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class Broadcast:
+    """A published round.
+
+    Attributes:
+        round: The round index ``t``.
+        aggregation: ``"weighted"``: ``vectors[i]`` is ``omega_t^(i)`` of sub-region ``i``;
+            ``"sample"``: ``vectors`` holds the vectors of the agents that uploaded, in random
+            order, to draw from.
+        vectors: Array of shape ``(P, M)`` or ``(K, M)`` (read-only).
+        n_contributors: Number of participants whose vectors entered the round.
+        config_hash: Hash of the federation configuration.
+        published_at: Server clock at publication.
+    """
+
+    round: int
+    aggregation: str
+    vectors: np.ndarray
+    n_contributors: int
+    config_hash: str
+    published_at: float
+
+
+def encode_broadcast(
+    *,
+    round_index: int,
+    aggregation: str,
+    vectors: np.ndarray,
+    n_contributors: int,
+    config_hash: str,
+) -> str:
+    """Serialize a broadcast."""
+    return canonical_json(
+        {
+            "format": MESSAGE_FORMAT,
+            "round": int(round_index),
+            "aggregation": aggregation,
+            "vectors": encode_array(vectors),
+            "n_contributors": int(n_contributors),
+            "config": config_hash,
+            "published_at": time.time(),
+        }
+    )
+
+
+def parse_broadcast(text: Any) -> Broadcast:
+    """Parse a broadcast written by :func:`encode_broadcast`.
+
+    Raises:
+        ValueError: If it is malformed.
+    """
+    record = loads_object(text)
+    vectors = decode_array(record["vectors"])
+    if vectors.ndim != 2 or not np.all(np.isfinite(vectors)):
+        raise ValueError("a broadcast must hold a finite 2-D array of vectors.")
+    vectors.flags.writeable = False
+    published_at = float(record["published_at"])
+    if not math.isfinite(published_at):
+        raise ValueError("invalid publication time.")
+    return Broadcast(
+        round=int(record["round"]),
+        aggregation=str(record["aggregation"]),
+        vectors=vectors,
+        n_contributors=int(record["n_contributors"]),
+        config_hash=str(record["config"]),
+        published_at=published_at,
+    )

@@ -1,0 +1,381 @@
+"""The federation server: closes rounds, aggregates the uploads and publishes broadcasts.
+
+One round (DP-FTS-DE, Algorithm 1) is ``collect -> aggregate -> publish``:
+
+1. *collect*: read the open round's raw uploads (the server is their only reader), parse and
+   check each one (wrong configuration, unknown participant, wrong length, NaN/inf, malformed:
+   rejected and logged, never aggregated);
+2. *aggregate*: for ``aggregation="weighted"``, one vector per sub-region,
+   ``omega^(i) = sum_n phi_n^(i) omega_n`` with DP-FTS-DE's softmax weights
+   (:func:`optuna_fedbo.core.weights.subregion_weights`, renormalized over the participants
+   that uploaded); for ``aggregation="sample"`` (original FTS), the uploaded vectors themselves in
+   random order;
+3. *publish*: stage the broadcast as a ``RUNNING`` trial, open the next round's uploads, then
+   complete the trial and move the ``latest`` pointer, and finally discard the raw uploads.
+
+Every step is idempotent from stored state, so a server restarted at any point resumes the open
+round with the uploads already written and never publishes a round twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+import hashlib
+import os
+import socket
+import threading
+import time
+
+import numpy as np
+import optuna
+from optuna.trial import TrialState
+
+from optuna_fedbo.core.weights import subregion_weights
+from optuna_fedbo.core.weights import WeightSchedule
+from optuna_fedbo.federation.federation import Federation
+from optuna_fedbo.federation.messages import encode_broadcast
+from optuna_fedbo.federation.messages import parse_broadcast
+from optuna_fedbo.federation.messages import parse_upload
+from optuna_fedbo.federation.messages import Upload
+from optuna_fedbo.federation.messages import UploadRejected
+from optuna_fedbo.privacy._gaussian import aggregate
+from optuna_fedbo.privacy._rng import secure_rng
+
+_logger = optuna.logging.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class RoundReport:
+    """What the server did when it closed a round.
+
+    Attributes:
+        round: The round index.
+        n_contributors: Number of vectors aggregated.
+        contributors: Their participants' ids (server-side information, not published).
+        rejected: ``(participant, reason)`` of every upload that was refused.
+        reason: Why the round closed: ``"complete"`` (all ``N`` in), ``"forced"``,
+            ``"timeout"``, or ``"resumed"`` (a publication interrupted by a crash, finished).
+        published_at: Server clock at publication.
+    """
+
+    round: int
+    n_contributors: int
+    contributors: tuple[str, ...]
+    rejected: tuple[tuple[str, str], ...]
+    reason: str
+    published_at: float
+
+
+@dataclass
+class _Staged:
+    trial_id: int
+    round: int
+    n_contributors: int
+    contributors: tuple[str, ...]
+    rejected: tuple[tuple[str, str], ...]
+    reason: str
+
+
+class FederationServer:
+    """The trusted aggregator of an FTS federation.
+
+    Args:
+        federation: The federation (its protocol must be :class:`~optuna_fedbo.FTSConfig`).
+        round_timeout: Seconds after the first valid upload of a round after which the round is
+            closed with the uploads that arrived (stragglers are left out); ``None`` waits for
+            all ``N`` participants (or ``step(force=True)``).
+        min_uploads: Fewest valid uploads with which a timeout closes a round.
+        discard_uploads: Delete a round's raw uploads once it is published.
+        heartbeat_interval: Seconds between the server's heartbeat writes.
+    """
+
+    def __init__(
+        self,
+        federation: Federation,
+        *,
+        round_timeout: float | None = None,
+        min_uploads: int = 1,
+        discard_uploads: bool = True,
+        heartbeat_interval: float = 5.0,
+    ) -> None:
+        fts = federation.fts
+        if round_timeout is not None and not round_timeout >= 0:
+            raise ValueError(f"round_timeout must be None or >= 0, got {round_timeout}.")
+        if min_uploads < 1:
+            raise ValueError(f"min_uploads must be at least 1, got {min_uploads}.")
+        self.federation = federation
+        self._fts = fts
+        self._store = federation.store
+        self._round_timeout = round_timeout
+        self._min_uploads = min_uploads
+        self._discard = discard_uploads
+        self._heartbeat_interval = heartbeat_interval
+        self._weights = WeightSchedule(
+            a=fts.weight_a,
+            hold_rounds=fts.weight_hold_rounds,
+            decay_rounds=fts.weight_decay_rounds,
+        )
+        self._lock = threading.RLock()
+        self._parsed: dict[str, tuple[str, Upload | UploadRejected]] = {}
+        self._logged: set[tuple[int, str, str]] = set()
+        self._first_seen: float | None = None
+        self._last_heartbeat = -np.inf
+        self._last_published = -1
+        self._staged: _Staged | None = None
+        self._recover()
+
+    # ------------------------------------------------------------------------ recovery
+    def _recover(self) -> None:
+        """Rebuild the server's state from storage (after a restart or an error)."""
+        trials = self._store.broadcast_trials()
+        published = [t for t in trials if t.state == TrialState.COMPLETE]
+        self._last_published = max(
+            (int(t.system_attrs["fedbo:round"]) for t in published), default=-1
+        )
+        latest = self._store.latest()
+        if published and (latest is None or int(latest["round"]) < self._last_published):
+            newest = max(published, key=lambda t: int(t.system_attrs["fedbo:round"]))
+            self._store.commit_broadcast(
+                newest._trial_id, self._last_published, int(newest.value or 0)
+            )
+        self._staged = None
+        for trial in trials:
+            if trial.state != TrialState.RUNNING:
+                continue
+            round_index = int(trial.system_attrs["fedbo:round"])
+            if round_index == self._last_published + 1 and self._staged is None:
+                payload = parse_broadcast(trial.system_attrs["fedbo:broadcast"])
+                self._staged = _Staged(
+                    trial._trial_id, round_index, payload.n_contributors, (), (), "resumed"
+                )
+            else:
+                _logger.warning(f"Abandoning a stale staged broadcast for round {round_index}.")
+                self._store.fail_broadcast(trial._trial_id)
+        if self._last_published >= 0 and self._discard:
+            self._store.discard_uploads(self._last_published)
+        self._store.open_uploads(self._last_published + 1)
+        self._reset_round()
+
+    def _reset_round(self) -> None:
+        self._parsed.clear()
+        self._first_seen = None
+
+    # ----------------------------------------------------------------------- the round
+    @property
+    def open_round(self) -> int:
+        """The round currently collecting uploads."""
+        return self._last_published + 1
+
+    def step(self, force: bool = False) -> RoundReport | None:
+        """Close the open round if it is ready, aggregate it and publish the broadcast.
+
+        A round is ready when all ``N`` participants have a valid upload in it (in round 0,
+        each with its ``n_init`` initial observations), or when ``round_timeout`` has passed
+        since its first valid upload, or when ``force`` is true. A round without any valid
+        upload is never closed.
+
+        Args:
+            force: Close the round with whatever valid uploads arrived.
+
+        Returns:
+            The :class:`RoundReport` of the published round, or ``None`` if none was published.
+        """
+        with self._lock:
+            self._heartbeat()
+            if self._staged is not None:
+                return self._publish()
+            round_index = self.open_round
+            uploads, rejected = self._collect(round_index)
+            reason = self._closing_reason(round_index, uploads, force)
+            if reason is None:
+                return None
+            vectors = self._aggregate(round_index, uploads)
+            payload = encode_broadcast(
+                round_index=round_index,
+                aggregation=self._fts.aggregation,
+                vectors=vectors,
+                n_contributors=len(uploads),
+                config_hash=self.federation.config_hash,
+            )
+            trial_id = self._store.stage_broadcast(round_index, payload)
+            self._staged = _Staged(
+                trial_id,
+                round_index,
+                len(uploads),
+                tuple(u.client_id for u in uploads),
+                rejected,
+                reason,
+            )
+            return self._publish()
+
+    def _collect(self, round_index: int) -> tuple[list[Upload], tuple[tuple[str, str], ...]]:
+        raw = self._store.read_uploads(round_index)
+        config_hash = self.federation.config_hash
+        n_features = self._fts.n_features
+        valid: list[Upload] = []
+        rejected: list[tuple[str, str]] = []
+        for client_id, text in sorted(raw.items()):
+            cached = self._parsed.get(client_id)
+            if cached is not None and cached[0] == text:
+                outcome = cached[1]
+            else:
+                try:
+                    if self.federation.index_of(client_id) is None:
+                        raise UploadRejected("unknown participant (not in the roster)")
+                    outcome = parse_upload(
+                        text,
+                        client_id=client_id,
+                        round_index=round_index,
+                        config_hash=config_hash,
+                        n_features=n_features,
+                    )
+                except UploadRejected as error:
+                    outcome = error
+                self._parsed[client_id] = (text, outcome)
+            if isinstance(outcome, Upload):
+                valid.append(outcome)
+                continue
+            rejected.append((client_id, str(outcome)))
+            text_digest = hashlib.sha256(str(text).encode()).hexdigest()
+            if (round_index, client_id, text_digest) not in self._logged:
+                self._logged.add((round_index, client_id, text_digest))
+                _logger.warning(
+                    f"Rejected the upload of {client_id!r} in round {round_index}: {outcome}."
+                )
+        if valid and self._first_seen is None:
+            self._first_seen = time.monotonic()
+        return valid, tuple(rejected)
+
+    def _closing_reason(self, round_index: int, uploads: list[Upload], force: bool) -> str | None:
+        if not uploads:
+            return None
+        complete = len(uploads) >= self.federation.n_clients
+        if complete and round_index == 0:
+            complete = all(u.n_observations >= self._fts.n_init for u in uploads)
+        if complete:
+            return "complete"
+        if force:
+            return "forced"
+        if (
+            self._round_timeout is not None
+            and self._first_seen is not None
+            and len(uploads) >= self._min_uploads
+            and time.monotonic() - self._first_seen >= self._round_timeout
+        ):
+            return "timeout"
+        return None
+
+    def _aggregate(self, round_index: int, uploads: list[Upload]) -> np.ndarray:
+        omegas = np.stack([u.omega for u in uploads])
+        if self._fts.aggregation == "sample":
+            return omegas[secure_rng().permutation(len(omegas))]
+        indices = np.array([self.federation.index_of(u.client_id) for u in uploads])
+        weights = subregion_weights(
+            self.federation.assignment(),
+            self._fts.n_subregions,
+            round_index=round_index,
+            schedule=self._weights,
+        )
+        return np.array(aggregate(omegas, indices, weights, mechanism=None).vectors)
+
+    def _publish(self) -> RoundReport:
+        staged = self._staged
+        assert staged is not None
+        self._store.open_uploads(staged.round + 1)
+        self._store.commit_broadcast(staged.trial_id, staged.round, staged.n_contributors)
+        self._last_published = staged.round
+        self._staged = None
+        if self._discard:
+            self._store.discard_uploads(staged.round)
+        self._reset_round()
+        self._heartbeat(force=True)
+        report = RoundReport(
+            round=staged.round,
+            n_contributors=staged.n_contributors,
+            contributors=staged.contributors,
+            rejected=staged.rejected,
+            reason=staged.reason,
+            published_at=time.time(),
+        )
+        _logger.info(
+            f"Published round {staged.round} of {self.federation.name!r} "
+            f"({staged.n_contributors} contributors, {staged.reason})."
+        )
+        return report
+
+    def _heartbeat(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_heartbeat < self._heartbeat_interval:
+            return
+        self._last_heartbeat = now
+        self._store.write_server_status(
+            {
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "heartbeat": time.time(),
+                "open_round": self.open_round,
+            }
+        )
+
+    # ------------------------------------------------------------------------ serving
+    def serve(
+        self,
+        *,
+        poll_interval: float = 1.0,
+        max_rounds: int | None = None,
+        timeout: float | None = None,
+        stop: threading.Event | None = None,
+        callback: Callable[[RoundReport], None] | None = None,
+        max_consecutive_errors: int = 10,
+    ) -> list[RoundReport]:
+        """Poll the storage and close rounds as they become ready.
+
+        Args:
+            poll_interval: Seconds between polls when nothing happened.
+            max_rounds: Stop once this many rounds have been published in total.
+            timeout: Stop after this many seconds.
+            stop: Stop when this event is set.
+            callback: Called with each :class:`RoundReport`.
+            max_consecutive_errors: Storage errors in a row tolerated (each logged, then the
+                state is reloaded from storage) before the error is raised.
+
+        Returns:
+            The reports of the rounds published by this call.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        reports: list[RoundReport] = []
+        errors = 0
+        _logger.info(f"Serving federation {self.federation.name!r} from round {self.open_round}.")
+        try:
+            while True:
+                if max_rounds is not None and self.open_round >= max_rounds:
+                    break
+                if stop is not None and stop.is_set():
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                try:
+                    report = self.step()
+                    errors = 0
+                except Exception:
+                    errors += 1
+                    if errors >= max_consecutive_errors:
+                        raise
+                    _logger.warning("Server step failed; reloading state.", exc_info=True)
+                    time.sleep(poll_interval)
+                    with self._lock:
+                        self._recover()
+                    continue
+                if report is not None:
+                    reports.append(report)
+                    if callback is not None:
+                        callback(report)
+                    continue
+                if stop is not None:
+                    stop.wait(poll_interval)
+                else:
+                    time.sleep(poll_interval)
+        except KeyboardInterrupt:
+            _logger.info("Server interrupted.")
+        return reports

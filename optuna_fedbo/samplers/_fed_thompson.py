@@ -1,0 +1,464 @@
+"""Federated Thompson sampling: the participant of FTS / FTS-DE (DP-FTS-DE, Algorithm 2)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+import copy
+import math
+import threading
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.samplers import BaseSampler
+from optuna.samplers import RandomSampler
+from optuna.samplers._base import _INDEPENDENT_SAMPLING_WARNING_TEMPLATE
+from optuna.study import Study
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial
+from optuna.trial import TrialState
+
+from optuna_fedbo.core.acquisition import LinearAcquisition
+from optuna_fedbo.core.acquisition import maximize
+from optuna_fedbo.core.posterior import LinearPosterior
+from optuna_fedbo.core.posterior import SufficientStatistics
+from optuna_fedbo.federation._codec import vector_digest
+from optuna_fedbo.federation.federation import Federation
+from optuna_fedbo.federation.messages import Broadcast
+from optuna_fedbo.federation.schedules import local_probability
+from optuna_fedbo.federation.schedules import resolve_schedule
+from optuna_fedbo.federation.schedules import Schedule
+from optuna_fedbo.samplers._observations import TrialObservations
+from optuna_fedbo.samplers._rff_thompson import RFFThompsonSampler
+
+_logger = optuna.logging.get_logger(__name__)
+
+#: Trial system attribute: how the trial's point was chosen ("init", "local", "federated",
+#: "fallback" = local because no usable broadcast, "outside" = not the federation's space).
+MODE_ATTR = "fedbo:mode"
+#: Trial system attribute: the broadcast round a "federated" trial used.
+BROADCAST_ROUND_ATTR = "fedbo:broadcast_round"
+
+_OWN_DIGESTS_KEPT = 4
+
+
+class FedThompsonSampler(BaseSampler):
+    """A participant of federated Thompson sampling (FTS, FTS-DE) over a :class:`Federation`.
+
+    Each trial is one BO iteration of Algorithm 2 of DP-FTS-DE:
+
+    * the first ``n_init`` trials are drawn uniformly from the participant's assigned sub-region
+      (distributed exploration; the whole domain when ``P = 1``);
+    * afterwards, at BO iteration ``t`` (``t = 1`` right after the initial design), with
+      probability ``p_t`` the participant runs local Thompson sampling on its own posterior
+      (or asks ``local_sampler``); otherwise it maximizes ``phi(x)^T omega^(i[x])`` over the
+      sub-regions with the vectors of the newest broadcast (``aggregation="weighted"``), or
+      ``phi(x)^T omega_n`` for the vector of one other agent drawn uniformly
+      (``aggregation="sample"``, the original FTS). Without a broadcast it runs local TS;
+    * after every finished trial it draws ``omega_{n,t}`` from its posterior over the shared
+      random features, fitted to its values oriented for maximization and (unless the
+      federation's ``FTSConfig.standardize`` is false) standardized, and uploads it to the
+      open round. Errors there are logged, never raised into ``study.optimize``.
+
+    The participant's trials stay in its own study; only ``omega`` leaves it. Asynchronous by
+    default (each trial uses the newest broadcast it can read); ``synchronous=True`` waits, before
+    each BO iteration, for the broadcast of the round its last upload went to.
+
+    Args:
+        federation: The federation to take part in (FTS protocol).
+        client_id: This participant's id; it joins the federation on construction.
+        schedule: ``p_t`` schedule: a name of
+            :data:`~optuna_fedbo.federation.schedules.SCHEDULES` or a callable ``t -> p_t``;
+            ``None`` uses the federation's default.
+        local_sampler: Optional Optuna sampler for the local steps (instead of local TS on the
+            shared features). The uploads are drawn from the RFF posterior in both cases.
+        synchronous: Wait for the current round's broadcast before each BO iteration.
+        sync_timeout: Longest wait in synchronous mode (seconds; ``None``: no limit). On
+            expiry the newest broadcast is used and a warning is logged.
+        poll_interval: Seconds between storage reads while waiting.
+        n_candidates: Random candidates scored per acquisition maximization.
+        n_refinements: Best candidates refined with L-BFGS-B.
+        independent_sampler: Sampler for parameters outside the federation's search space.
+        warn_independent_sampling: Warn when such a parameter is sampled independently.
+        seed: Seed of this participant's own randomness (initial points, coin flips, draws).
+    """
+
+    def __init__(
+        self,
+        federation: Federation,
+        client_id: str,
+        *,
+        schedule: str | Schedule | None = None,
+        local_sampler: BaseSampler | None = None,
+        synchronous: bool = False,
+        sync_timeout: float | None = 600.0,
+        poll_interval: float = 0.05,
+        n_candidates: int = 1024,
+        n_refinements: int = 4,
+        independent_sampler: BaseSampler | None = None,
+        warn_independent_sampling: bool = True,
+        seed: int | None = None,
+    ) -> None:
+        if not isinstance(federation, Federation):
+            raise ValueError(f"federation must be a Federation, got {federation!r}.")
+        fts = federation.fts
+        if n_candidates < 1 or n_refinements < 0:
+            raise ValueError("n_candidates must be >= 1 and n_refinements >= 0.")
+        self._schedule = resolve_schedule(fts.schedule if schedule is None else schedule)
+        self.federation = federation
+        self.participant = federation.join(client_id)
+        self._fts = fts
+        self._local_sampler = local_sampler
+        self._synchronous = synchronous
+        self._sync_timeout = sync_timeout
+        self._poll_interval = poll_interval
+        self._n_candidates = n_candidates
+        self._n_refinements = n_refinements
+        self._rng = np.random.default_rng(seed)
+        self._independent_sampler = independent_sampler or RandomSampler(seed=seed)
+        self._warn_independent_sampling = warn_independent_sampling
+        self._encoder = federation.encoder
+        self._features = federation.features()
+        self._partition = federation.partition()
+        self._space = {n: d for n, d in federation.search_space.items() if not d.single()}
+        self._observations = TrialObservations(self._encoder, [self._features])
+        self._outside = RFFThompsonSampler(
+            n_features=fts.n_features,
+            lengthscale=fts.lengthscale,
+            noise_variance=fts.noise_variance,
+            n_startup_trials=0,
+            independent_sampler=self._independent_sampler,
+            warn_independent_sampling=False,
+            feature_seed=federation.seed,
+            seed=seed,
+        )
+        self._lock = threading.RLock()
+        self._modes: dict[int, str] = {}
+        self._points: dict[int, dict[str, Any]] = {}
+        self._last_upload_round: int | None = None
+        self._own_digests: dict[int, str] = {}
+        self._warned_conflicts: set[str] = set()
+
+    @property
+    def client_id(self) -> str:
+        """This participant's id."""
+        return self.participant.client_id
+
+    @property
+    def last_upload_round(self) -> int | None:
+        """The round this participant's newest upload went to (``None`` before the first)."""
+        return self._last_upload_round
+
+    def reseed_rng(self) -> None:
+        self._rng = np.random.default_rng()
+        self._independent_sampler.reseed_rng()
+        self._outside.reseed_rng()
+        if self._local_sampler is not None:
+            self._local_sampler.reseed_rng()
+
+    # --------------------------------------------------------------------- sampling
+    def infer_relative_search_space(
+        self, study: Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
+        # Before the first completed trial nothing tells which distributions the objective uses;
+        # the federation's parameters then go through sample_independent, which serves them
+        # from the same per-trial point when their distribution matches the federation's.
+        completed = study._get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE,), use_cache=True
+        )
+        if not completed:
+            return {}
+        used = completed[-1].distributions
+        space = {}
+        for name, distribution in self._space.items():
+            if name in used and used[name] != distribution:
+                if name not in self._warned_conflicts:
+                    self._warned_conflicts.add(name)
+                    _logger.warning(
+                        f"Parameter {name!r} is suggested with {used[name]}, but federation "
+                        f"{self.federation.name!r} defines it as {distribution}; it is sampled "
+                        "independently and those trials are not modelled."
+                    )
+                continue
+            space[name] = distribution
+        return space
+
+    def sample_relative(
+        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        if study._is_multi_objective():
+            raise ValueError("FedThompsonSampler supports single-objective studies only.")
+        if search_space == {}:
+            return {}
+        if any(self._space.get(name) != d for name, d in search_space.items()):
+            # Not (part of) the federation's space: plain local TS on the given space.
+            self._record(study, trial, "outside")
+            return self._outside.sample_relative(study, trial, search_space)
+        point = self._point(study, trial)
+        return {name: point[name] for name in search_space if name in point}
+
+    def _point(self, study: Study, trial: FrozenTrial) -> dict[str, Any]:
+        """This trial's point in the federation's space (chosen once, then cached)."""
+        with self._lock:
+            cached = self._points.get(trial._trial_id)
+        if cached is not None:
+            return cached
+        params = self._choose(study, trial)
+        with self._lock:
+            self._points[trial._trial_id] = params
+        return params
+
+    def _choose(self, study: Study, trial: FrozenTrial) -> dict[str, Any]:
+        """Algorithm 2: initial design, local TS with probability p_t, else the broadcast."""
+        with self._lock:
+            self._observations.update(study)
+            n_observed = self._observations.count
+            posterior = self._posterior() if n_observed >= self._fts.n_init else None
+        if posterior is None:
+            self._record(study, trial, "init")
+            box = None
+            if self._fts.init_in_subregion:
+                box = self._partition.box(self.participant.subregion)
+            return self._encoder.decode(self._encoder.encoding.sample(1, self._rng, box)[0])
+        iteration = n_observed - self._fts.n_init + 1
+        if self._rng.uniform() <= local_probability(self._schedule, iteration):
+            return self._local_step(study, trial, posterior, "local")
+        try:
+            broadcast = self.federation.latest_broadcast()
+        except Exception:
+            _logger.warning("Could not read the newest broadcast; using local TS.", exc_info=True)
+            broadcast = None
+        point = None if broadcast is None else self._federated_point(broadcast)
+        if point is None:
+            return self._local_step(study, trial, posterior, "fallback")
+        assert broadcast is not None
+        self._record(study, trial, "federated", broadcast.round)
+        return self._encoder.decode(point)
+
+    def _posterior(self) -> LinearPosterior:
+        return self._observations.statistics[0].posterior(
+            self._fts.noise_variance, standardize=self._fts.standardize
+        )
+
+    def _local_step(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        posterior: LinearPosterior,
+        mode: str,
+    ) -> dict[str, Any]:
+        self._record(study, trial, mode)
+        if self._local_sampler is not None:
+            local_space = self._local_sampler.infer_relative_search_space(study, trial)
+            params = self._local_sampler.sample_relative(study, trial, local_space)
+            return {k: v for k, v in params.items() if self._space.get(k) == local_space[k]}
+        omega = posterior.sample(self._rng)
+        best = self._observations.best_point
+        point, _ = maximize(
+            LinearAcquisition(self._features, omega),
+            self._encoder.encoding,
+            self._rng,
+            n_candidates=self._n_candidates,
+            n_refinements=self._n_refinements,
+            extra_candidates=None if best is None else best[None, :],
+        )
+        return self._encoder.decode(point)
+
+    def _federated_point(self, broadcast: Broadcast) -> np.ndarray | None:
+        """The maximizer of the broadcast's function, or ``None`` if it offers nothing usable."""
+        vectors = broadcast.vectors
+        if vectors.shape[1] != self._fts.n_features:
+            _logger.warning(f"Ignoring broadcast {broadcast.round}: vectors of the wrong length.")
+            return None
+        encoding = self._encoder.encoding
+        if broadcast.aggregation == "sample":
+            own = self._own_digests.get(broadcast.round)
+            others = [k for k in range(len(vectors)) if vector_digest(vectors[k]) != own]
+            if not others:
+                return None
+            omega = vectors[others[int(self._rng.integers(len(others)))]]
+            point, _ = maximize(
+                LinearAcquisition(self._features, omega),
+                encoding,
+                self._rng,
+                n_candidates=self._n_candidates,
+                n_refinements=self._n_refinements,
+            )
+            return point
+        if len(vectors) != self._partition.n_subregions:
+            _logger.warning(f"Ignoring broadcast {broadcast.round}: wrong number of sub-regions.")
+            return None
+        best_point, best_value = None, -math.inf
+        n_regions = len(vectors)
+        incumbent = self._observations.best_point
+        incumbent_region = (
+            None if incumbent is None else int(self._partition.index_of(incumbent[None, :])[0])
+        )
+        for region in range(n_regions):
+            point, value = maximize(
+                LinearAcquisition(self._features, vectors[region]),
+                encoding,
+                self._rng,
+                box=self._partition.box(region),
+                n_candidates=max(self._n_candidates // n_regions, 16),
+                n_refinements=max(self._n_refinements // n_regions, 1)
+                if self._n_refinements
+                else 0,
+                extra_candidates=incumbent[None, :] if incumbent_region == region else None,
+            )
+            if value > best_value:
+                best_point, best_value = point, value
+        return best_point
+
+    def _record(
+        self, study: Study, trial: FrozenTrial, mode: str, broadcast_round: int | None = None
+    ) -> None:
+        with self._lock:
+            self._modes[trial._trial_id] = mode
+        try:
+            storage = study._storage
+            storage.set_trial_system_attr(trial._trial_id, MODE_ATTR, mode)
+            if broadcast_round is not None:
+                storage.set_trial_system_attr(
+                    trial._trial_id, BROADCAST_ROUND_ATTR, broadcast_round
+                )
+        except Exception:
+            # The trial may be a detached one (conformance tests); the record is informative.
+            _logger.debug("Could not record the sampling mode on the trial.", exc_info=True)
+
+    def sample_independent(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        param_name: str,
+        param_distribution: BaseDistribution,
+    ) -> Any:
+        if study._is_multi_objective():
+            raise ValueError("FedThompsonSampler supports single-objective studies only.")
+        if self._space.get(param_name) == param_distribution:
+            point = self._point(study, trial)
+            if param_name in point:
+                return point[param_name]
+        with self._lock:
+            mode = self._modes.get(trial._trial_id)
+        if self._local_sampler is not None and mode in ("local", "fallback"):
+            return self._local_sampler.sample_independent(
+                study, trial, param_name, param_distribution
+            )
+        if self._warn_independent_sampling and param_name not in self._space:
+            _logger.warning(
+                _INDEPENDENT_SAMPLING_WARNING_TEMPLATE.format(
+                    param_name=param_name,
+                    trial_number=trial.number,
+                    independent_sampler_name=type(self._independent_sampler).__name__,
+                    sampler_name=type(self).__name__,
+                    fallback_reason=(
+                        f"the parameter is not in the search space of federation "
+                        f"{self.federation.name!r}"
+                    ),
+                )
+            )
+        return self._independent_sampler.sample_independent(
+            study, trial, param_name, param_distribution
+        )
+
+    # ------------------------------------------------------------------ trial hooks
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        self._independent_sampler.before_trial(study, trial)
+        if self._local_sampler is not None:
+            self._local_sampler.before_trial(study, trial)
+        if not self._synchronous or self._last_upload_round is None:
+            return
+        try:
+            with self._lock:
+                self._observations.update(study)
+                initializing = self._observations.count < self._fts.n_init
+            if initializing:
+                return
+            target = self._last_upload_round
+            broadcast = self.federation.wait_for_round(
+                target, self._sync_timeout, self._poll_interval
+            )
+            if broadcast is None:
+                _logger.warning(
+                    f"{self.client_id}: no broadcast for round {target} after "
+                    f"{self._sync_timeout} s; continuing with the newest one."
+                )
+        except Exception:
+            _logger.warning(f"{self.client_id}: waiting for the broadcast failed.", exc_info=True)
+
+    def after_trial(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        state: TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        self._independent_sampler.after_trial(study, trial, state, values)
+        if self._local_sampler is not None:
+            self._local_sampler.after_trial(study, trial, state, values)
+        with self._lock:
+            self._modes.pop(trial._trial_id, None)
+            self._points.pop(trial._trial_id, None)
+        try:
+            self._upload(study, trial, state, values)
+        except Exception:
+            _logger.warning(
+                f"{self.client_id}: the upload after trial {trial.number} failed; the study "
+                "continues without it.",
+                exc_info=True,
+            )
+
+    def _upload(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        state: TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        with self._lock:
+            self._observations.update(study)
+            statistics = self._observations.statistics[0]
+            usable = (
+                state == TrialState.COMPLETE
+                and values is not None
+                and len(values) == 1
+                and math.isfinite(values[0])
+                and self._encoder.contains(trial.params)
+            )
+            if usable:
+                # after_trial runs before the trial is stored as complete: add it by hand.
+                statistics = _copy_statistics(statistics)
+                sign = 1.0 if study.direction == StudyDirection.MAXIMIZE else -1.0
+                point = self._encoder.encode([trial.params])
+                statistics.add(self._features(point), np.array([sign * float(values[0])]))
+            n_observations = statistics.count
+            if n_observations == 0:
+                _logger.debug(f"{self.client_id}: no observation yet, nothing to upload.")
+                return
+            posterior = statistics.posterior(
+                self._fts.noise_variance, standardize=self._fts.standardize
+            )
+        omega = posterior.sample(self._rng)
+        round_index = self.federation.upload(
+            self.client_id,
+            omega,
+            n_observations=n_observations,
+            iteration=n_observations - self._fts.n_init,
+        )
+        with self._lock:
+            self._own_digests[round_index] = vector_digest(omega)
+            for old in sorted(self._own_digests)[:-_OWN_DIGESTS_KEPT]:
+                del self._own_digests[old]
+            if self._last_upload_round is None or round_index > self._last_upload_round:
+                self._last_upload_round = round_index
+
+
+def _copy_statistics(statistics: SufficientStatistics) -> SufficientStatistics:
+    """An independent copy of running sums (cheaper than ``copy.deepcopy``)."""
+    duplicate = copy.copy(statistics)
+    duplicate.gram = statistics.gram.copy()
+    duplicate.feature_sum = statistics.feature_sum.copy()
+    duplicate.feature_target = statistics.feature_target.copy()
+    return duplicate

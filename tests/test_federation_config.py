@@ -1,0 +1,258 @@
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+from optuna.distributions import CategoricalDistribution
+from optuna.distributions import FloatDistribution
+from optuna.distributions import IntDistribution
+import pytest
+
+from optuna_fedbo.federation import presets
+from optuna_fedbo.federation._codec import decode_array
+from optuna_fedbo.federation._codec import encode_array
+from optuna_fedbo.federation.config import FederationConfig
+from optuna_fedbo.federation.config import FTSConfig
+from optuna_fedbo.federation.config import ProtocolConfig
+from optuna_fedbo.federation.schedules import local_probability
+from optuna_fedbo.federation.schedules import resolve_schedule
+from optuna_fedbo.federation.subregions import SubregionPartition
+from optuna_fedbo.search_space import SearchSpaceEncoder
+
+SPACE = {
+    "C": FloatDistribution(1e-3, 1e3, log=True),
+    "gamma": FloatDistribution(1e-4, 1.0, log=True),
+    "kernel": CategoricalDistribution(["rbf", "poly"]),
+}
+
+
+def _config(**kwargs) -> FederationConfig:
+    base = dict(name="fed", search_space=SPACE, n_clients=4, protocol=FTSConfig(), seed=0)
+    base.update(kwargs)
+    return FederationConfig(**base)
+
+
+def test_config_round_trips_through_json_with_the_same_hash() -> None:
+    config = _config(protocol=presets.dp_fts_de())
+    again = FederationConfig.from_json(config.to_json())
+    assert again == config
+    assert again.hash == config.hash
+    assert list(again.search_space) == list(SPACE)
+    assert again.protocol == presets.dp_fts_de()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"name": "other"},
+        {"n_clients": 5},
+        {"seed": 1},
+        {"protocol": FTSConfig(n_features=50)},
+        {"search_space": {**SPACE, "C": FloatDistribution(1e-3, 1e2, log=True)}},
+        {"search_space": dict(reversed(list(SPACE.items())))},
+    ],
+)
+def test_any_change_changes_the_hash_and_is_described(change: dict) -> None:
+    config, other = _config(), _config(**change)
+    assert other.hash != config.hash
+    differences = config.differences(other)
+    assert differences
+    assert all(isinstance(d, str) and d for d in differences)
+    assert config.differences(_config()) == []
+
+
+def test_differences_name_the_parameter_that_differs() -> None:
+    other = _config(search_space={**SPACE, "gamma": FloatDistribution(1e-5, 1.0, log=True)})
+    (difference,) = _config().differences(other)
+    assert "gamma" in difference
+    (difference,) = _config().differences(_config(protocol=FTSConfig(n_subregions=2)))
+    assert difference.startswith("protocol.n_subregions")
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"n_features": 0},
+        {"n_features": 2.5},
+        {"lengthscale": 0.0},
+        {"lengthscale": math.inf},
+        {"noise_variance": -1.0},
+        {"n_subregions": 0},
+        {"n_subregions": True},
+        {"weight_a": 0.0},
+        {"weight_hold_rounds": -1},
+        {"n_init": -1},
+        {"aggregation": "mean"},
+        {"aggregation": "sample", "n_subregions": 2},
+        {"schedule": "1/t"},
+        {"init_in_subregion": 1},
+    ],
+)
+def test_fts_config_rejects_invalid_values(kwargs: dict) -> None:
+    with pytest.raises(ValueError):
+        FTSConfig(**kwargs)
+
+
+def test_fts_config_defaults_match_the_local_sampler() -> None:
+    from optuna_fedbo.samplers._rff_thompson import DEFAULT_LENGTHSCALE
+    from optuna_fedbo.samplers._rff_thompson import DEFAULT_NOISE_VARIANCE
+
+    config = FTSConfig()
+    assert config.lengthscale == DEFAULT_LENGTHSCALE
+    assert config.noise_variance == DEFAULT_NOISE_VARIANCE
+    assert config.aggregation == "weighted"
+
+
+def test_protocol_registry_round_trip_and_unknown_kind() -> None:
+    config = FTSConfig(n_subregions=3, schedule="1-1/t^2")
+    record = config.to_dict()
+    assert record["kind"] == "fts"
+    assert ProtocolConfig.from_dict(record) == config
+    with pytest.raises(ValueError, match="Unknown protocol kind"):
+        ProtocolConfig.from_dict({"kind": "nope"})
+    with pytest.raises(ValueError, match="Unknown fields"):
+        ProtocolConfig.from_dict({**record, "surprise": 1})
+
+
+def test_federation_config_rejects_bad_input() -> None:
+    with pytest.raises(ValueError):
+        _config(name="")
+    with pytest.raises(ValueError):
+        _config(n_clients=0)
+    with pytest.raises(ValueError):
+        _config(seed=-1)
+    with pytest.raises(ValueError):
+        _config(search_space={})
+    with pytest.raises(ValueError):
+        _config(search_space={"x": (0, 1)})
+    with pytest.raises(ValueError, match="categorical"):
+        _config(
+            search_space={"k": CategoricalDistribution(["a", "b"])},
+            protocol=FTSConfig(n_subregions=2),
+        )
+
+
+def test_presets_follow_the_papers() -> None:
+    de = presets.dp_fts_de()
+    assert (de.n_features, de.n_subregions, de.weight_a, de.n_init) == (100, 4, 15.0, 10)
+    assert (de.weight_hold_rounds, de.weight_decay_rounds) == (10, 30)
+    assert de.schedule == "1-1/t" and de.aggregation == "weighted"
+    fts = presets.fts()
+    assert fts.aggregation == "sample" and fts.n_subregions == 1 and fts.schedule == "fts"
+    synthetic = presets.dp_fts_de_synthetic(n_subregions=3)
+    assert (synthetic.weight_hold_rounds, synthetic.weight_decay_rounds) == (5, 5)
+    assert synthetic.n_subregions == 3 and synthetic.schedule == "1-1/sqrt(t)"
+    assert presets.dp_fts().n_subregions == 1
+    with pytest.raises(TypeError):
+        presets.fts(unknown_field=1)
+
+
+def test_schedules() -> None:
+    inverse = resolve_schedule("1-1/t")
+    assert [local_probability(inverse, t) for t in (1, 2, 4)] == [0.0, 0.5, 0.75]
+    assert local_probability(resolve_schedule("1-1/sqrt(t)"), 4) == pytest.approx(0.5)
+    assert local_probability(resolve_schedule("1-1/t^2"), 3) == pytest.approx(8 / 9)
+    fts = resolve_schedule("fts")
+    assert local_probability(fts, 1) == local_probability(fts, 2) == 0.75
+    assert local_probability(resolve_schedule(lambda t: 0.3), 7) == 0.3
+    with pytest.raises(ValueError, match="must lie in"):
+        local_probability(resolve_schedule(lambda t: 1.5), 1)
+    with pytest.raises(ValueError):
+        local_probability(inverse, 0)
+    with pytest.raises(ValueError):
+        resolve_schedule("1/t")
+    with pytest.raises(ValueError):
+        resolve_schedule(3)
+
+
+def _partition(space: dict, n: int) -> SubregionPartition:
+    return SubregionPartition(SearchSpaceEncoder(space).encoding, n)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
+def test_one_dimensional_sub_regions_are_the_papers_intervals(n: int) -> None:
+    partition = _partition({"x": FloatDistribution(0, 1)}, n)
+    for i, box in enumerate(partition.boxes()):
+        assert box.low[0] == pytest.approx(i / n) and box.high[0] == pytest.approx((i + 1) / n)
+    points = np.linspace(0, 1, 1001)[:, None]
+    expected = np.minimum(np.floor(points[:, 0] * n), n - 1).astype(int)
+    np.testing.assert_array_equal(partition.index_of(points), expected)
+    # [0, 0.5) and [0.5, 1]: the boundary belongs to the upper sub-region.
+    if n == 2:
+        assert partition.index_of(np.array([[0.5]]))[0] == 1
+
+
+@pytest.mark.parametrize("n_dims", [2, 3])
+def test_four_sub_regions_are_the_papers_two_by_two_grid(n_dims: int) -> None:
+    space = {f"x{d}": FloatDistribution(0, 1) for d in range(n_dims)}
+    boxes = _partition(space, 4).boxes()
+    expected = [
+        ([0, 0], [0.5, 0.5]),
+        ([0, 0.5], [0.5, 1]),
+        ([0.5, 0], [1, 0.5]),
+        ([0.5, 0.5], [1, 1]),
+    ]
+    for box, (low, high) in zip(boxes, expected):
+        np.testing.assert_allclose(box.low[:2], low)
+        np.testing.assert_allclose(box.high[:2], high)
+        if n_dims == 3:
+            assert (box.low[2], box.high[2]) == (0.0, 1.0)
+
+
+@pytest.mark.parametrize("n", [2, 4, 6, 8, 9])
+def test_sub_regions_partition_the_cube_into_equal_volumes(n: int) -> None:
+    space = {
+        "a": FloatDistribution(0, 1),
+        "k": CategoricalDistribution(["u", "v", "w"]),
+        "b": IntDistribution(1, 100, log=True),
+    }
+    encoder = SearchSpaceEncoder(space)
+    partition = SubregionPartition(encoder.encoding, n)
+    volumes = [np.prod(b.high - b.low) for b in partition.boxes()]
+    np.testing.assert_allclose(volumes, 1.0 / n)
+    # Categorical one-hot columns are never split.
+    for box in partition.boxes():
+        assert np.all(box.low[encoder.encoding.categorical_columns] == 0.0)
+        assert np.all(box.high[encoder.encoding.categorical_columns] == 1.0)
+    rng = np.random.default_rng(0)
+    points = encoder.encoding.sample(2000, rng)
+    index = partition.index_of(points)
+    for i in range(n):
+        inside = partition.box(i).contains(points)
+        assert np.all(inside[index == i])
+    assert set(np.unique(index)) == set(range(n))
+
+
+def test_sub_regions_reject_bad_input() -> None:
+    encoding = SearchSpaceEncoder({"k": CategoricalDistribution(["a", "b"])}).encoding
+    with pytest.raises(ValueError):
+        SubregionPartition(encoding, 2)
+    assert SubregionPartition(encoding, 1).n_subregions == 1
+    partition = _partition({"x": FloatDistribution(0, 1)}, 3)
+    with pytest.raises(ValueError):
+        partition.box(3)
+    with pytest.raises(ValueError):
+        partition.index_of(np.zeros((1, 2)))
+
+
+def test_array_codec_is_exact_and_strict() -> None:
+    values = np.array([[0.1, -1e300, 5e-324], [np.pi, 0.0, -0.0]])
+    record = encode_array(values)
+    decoded = decode_array(record)
+    assert decoded.shape == values.shape
+    assert decoded.tobytes() == values.astype("<f8").tobytes()
+    with pytest.raises(ValueError):
+        decode_array({**record, "shape": [2, 2]})
+    with pytest.raises(ValueError):
+        decode_array({**record, "f8": "not base64!"})
+    with pytest.raises(ValueError):
+        decode_array({"shape": [1]})
+    with pytest.raises(ValueError):
+        decode_array([1.0])
+
+
+def test_config_is_frozen() -> None:
+    config = FTSConfig()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.n_features = 3  # type: ignore[misc]
