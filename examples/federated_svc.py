@@ -11,9 +11,10 @@ federated BO is for. Compared, with the same budget of trials per site:
 * FTS: the original FTS (the server relays the vectors; each site draws one other site's);
 * local RFF Thompson sampling (the same model without federation), TPE and random search.
 
-The federation's state lives in an embedded storage: in memory by default, or any Optuna storage
-given with ``--storage`` (e.g. ``sqlite:///fed.db``). Each site's own trials always stay in its
-own in-memory study.
+The federation's state lives in an embedded SQLite file in a temporary directory by default, or in
+any Optuna storage given with ``--storage`` (``memory`` for in-memory, ``sqlite:///fed.db``, a
+PostgreSQL URL). Each site's own trials always stay in its own in-memory study: only the
+random-feature vectors pass through the federation's storage.
 
 Run: ``python examples/federated_svc.py`` (about two minutes on two cores); ``--sites``,
 ``--trials``, ``--repeats``, ``--n-init`` and ``--seed`` change the setting.
@@ -22,6 +23,8 @@ Run: ``python examples/federated_svc.py`` (about two minutes on two cores); ``--
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 import time
 import warnings
 
@@ -94,8 +97,18 @@ def main() -> None:
     parser.add_argument("--n-init", type=int, default=10, help="Initial points per site.")
     parser.add_argument("--repeats", type=int, default=3, help="Independent repetitions.")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--storage", default=None, help="Federation storage (default: memory).")
+    parser.add_argument(
+        "--storage",
+        default=None,
+        help="Federation storage URL, or 'memory' (default: a SQLite file in a temporary dir).",
+    )
     args = parser.parse_args()
+    if args.storage is None:
+        workdir = tempfile.TemporaryDirectory(prefix="optuna-fedbo-")
+        args.storage = f"sqlite:///{os.path.join(workdir.name, 'federation.db')}"
+        print(f"federation storage: {args.storage}")
+    elif args.storage == "memory":
+        args.storage = None
     if args.trials <= args.n_init:
         parser.error("--trials must exceed --n-init.")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
