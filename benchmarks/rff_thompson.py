@@ -23,6 +23,8 @@ import numpy as np  # noqa: E402
 import optuna  # noqa: E402
 
 from optuna_fedbo import RFFThompsonSampler  # noqa: E402
+from optuna_fedbo.samplers._rff_thompson import DEFAULT_LENGTHSCALE  # noqa: E402
+from optuna_fedbo.samplers._rff_thompson import DEFAULT_NOISE_VARIANCE  # noqa: E402
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -93,8 +95,8 @@ FUNCTIONS: dict[str, tuple[Callable[[optuna.Trial], float], float]] = {
 def make_samplers(quick: bool) -> dict[str, Callable[[int], optuna.samplers.BaseSampler]]:
     samplers: dict[str, Callable[[int], optuna.samplers.BaseSampler]] = {
         "RFF-TS": lambda s: RFFThompsonSampler(seed=s),
-        "RFF-TS auto": lambda s: RFFThompsonSampler(
-            lengthscale="auto", noise_variance="auto", seed=s
+        "RFF-TS l=0.2": lambda s: RFFThompsonSampler(
+            lengthscale=DEFAULT_LENGTHSCALE, noise_variance=DEFAULT_NOISE_VARIANCE, seed=s
         ),
         "TPE": lambda s: optuna.samplers.TPESampler(seed=s),
         "Random": lambda s: optuna.samplers.RandomSampler(seed=s),
@@ -217,7 +219,11 @@ def main() -> None:
 
     lengthscales = [0.01, 0.05, 0.1, 0.2, 0.3, 0.5]
     ls_samplers = {
-        f"l={ls}": (lambda s, ls=ls: RFFThompsonSampler(lengthscale=ls, seed=s))
+        f"l={ls}": (
+            lambda s, ls=ls: RFFThompsonSampler(
+                lengthscale=ls, noise_variance=DEFAULT_NOISE_VARIANCE, seed=s
+            )
+        )
         for ls in lengthscales
     }
     ls_results = quality(ls_samplers, budgets, seeds)
