@@ -9,7 +9,10 @@ from optuna_fedbo.federation import presets
 from optuna_fedbo.federation import ProtocolConfig
 from optuna_fedbo.federation import RoundReport
 from optuna_fedbo.federation import simulate
+from optuna_fedbo.privacy import LaplaceMechanism
+from optuna_fedbo.privacy import privatize_objective
 from optuna_fedbo.samplers import FedThompsonSampler
+from optuna_fedbo.samplers import LDPUCBSampler
 from optuna_fedbo.samplers import RFFThompsonSampler
 
 __version__ = "0.1.0"
@@ -18,11 +21,14 @@ __all__ = [
     "FTSConfig",
     "FedThompsonSampler",
     "Federation",
+    "LDPUCBSampler",
+    "LaplaceMechanism",
     "FederationServer",
     "ProtocolConfig",
     "RFFThompsonSampler",
     "RoundReport",
     "__version__",
     "presets",
+    "privatize_objective",
     "simulate",
 ]

@@ -1,4 +1,5 @@
-"""Differential privacy: the subsampled Gaussian mechanism of DP-FTS-DE and its accounting.
+"""Differential privacy: DP-FTS-DE's subsampled Gaussian mechanism and its accounting; LDP-BO's
+Laplace mechanism.
 
 Noise and subsampling randomness come from :func:`secure_rng` (OS entropy) unless a test injects
 a generator; accounting goes through ``dp_accounting`` only.
@@ -26,12 +27,15 @@ from optuna_fedbo.privacy._gaussian import AggregationResult
 from optuna_fedbo.privacy._gaussian import clip_to_norm
 from optuna_fedbo.privacy._gaussian import subsampled_gaussian_aggregate
 from optuna_fedbo.privacy._gaussian import SubsampledGaussianMechanism
+from optuna_fedbo.privacy._laplace import LaplaceMechanism
+from optuna_fedbo.privacy._laplace import privatize_objective
 from optuna_fedbo.privacy._rng import secure_rng
 
 __all__ = [
     "ACCOUNTANTS",
     "AccountantKind",
     "AggregationResult",
+    "LaplaceMechanism",
     "MOMENTS_ORDERS",
     "MomentsAccountant",
     "PLD_VALUE_DISCRETIZATION_INTERVAL",
@@ -48,6 +52,7 @@ __all__ = [
     "compute_epsilon",
     "default_delta",
     "make_dp_accountant",
+    "privatize_objective",
     "secure_rng",
     "subsampled_gaussian_aggregate",
 ]

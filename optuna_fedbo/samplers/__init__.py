@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from optuna_fedbo.samplers._fed_thompson import FedThompsonSampler
+from optuna_fedbo.samplers._ldp_ucb import LDPUCBSampler
 from optuna_fedbo.samplers._rff_thompson import RFFThompsonSampler
 
-__all__ = ["FedThompsonSampler", "RFFThompsonSampler"]
+__all__ = ["FedThompsonSampler", "LDPUCBSampler", "RFFThompsonSampler"]

@@ -1,0 +1,121 @@
+"""Cost per trial of LDPUCBSampler (TGP, ATA, MoMA) in ``study.optimize``, with Optuna's for scale.
+
+Two studies with a privatized, instantly evaluated objective (so the time is the sampler's and
+Optuna's): a finite domain (one integer in 0..99, searched exhaustively by LDPUCBSampler) for
+1000 trials, and a continuous 2-D box (random candidates + L-BFGS-B) for 300 trials. Times are
+wall-clock milliseconds per trial, averaged over windows of trials, on one BLAS thread. MoMA uses
+``k = ceil(ln(4eT/delta))`` so that it changes epochs often enough to be timed.
+
+Run: ``python benchmarks/ldp_cost.py`` (``--quick`` for a smoke run). Prints a table and saves
+``results/ldp_cost.json``.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import time  # noqa: E402
+
+from ldp_common import practical_epoch_length  # noqa: E402
+from ldp_common import RESULTS  # noqa: E402
+import numpy as np  # noqa: E402
+import optuna  # noqa: E402
+
+from optuna_fedbo import LaplaceMechanism  # noqa: E402
+from optuna_fedbo import LDPUCBSampler  # noqa: E402
+
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+
+def finite_objective(trial: optuna.Trial) -> float:
+    return math.sin(trial.suggest_int("i", 0, 99) / 15.0)
+
+
+def continuous_objective(trial: optuna.Trial) -> float:
+    x, y = trial.suggest_float("x", 0, 1), trial.suggest_float("y", 0, 1)
+    return math.sin(5 * x) * math.cos(3 * y)
+
+
+def samplers(horizon: int) -> dict[str, Callable[[], optuna.samplers.BaseSampler]]:
+    common = {"epsilon": 1.0, "value_bound": 1.0, "noise_bound": 0.0, "horizon": horizon}
+    out: dict[str, Callable[[], optuna.samplers.BaseSampler]] = {
+        "ldp-tgp": lambda: LDPUCBSampler("tgp", seed=0, **common),
+        "ldp-ata": lambda: LDPUCBSampler("ata", seed=0, **common),
+        "ldp-moma": lambda: LDPUCBSampler(
+            "moma", epoch_length=practical_epoch_length(horizon), seed=0, **common
+        ),
+        "tpe": lambda: optuna.samplers.TPESampler(seed=0),
+        "random": lambda: optuna.samplers.RandomSampler(seed=0),
+    }
+    if HAS_TORCH:
+        out["gp"] = lambda: optuna.samplers.GPSampler(seed=0)
+    return out
+
+
+def time_study(
+    make_sampler: Callable[[], optuna.samplers.BaseSampler],
+    objective: Callable[[optuna.Trial], float],
+    n_trials: int,
+) -> np.ndarray:
+    """Milliseconds between consecutive objective calls (the cost of one trial)."""
+    mechanism = LaplaceMechanism(
+        1.0, value_bound=1.0, noise_bound=0.0, rng=np.random.default_rng(0)
+    )
+    private = mechanism.wrap(objective)
+    stamps: list[float] = []
+
+    def timed(trial: optuna.Trial) -> float:
+        stamps.append(time.perf_counter())
+        return private(trial)
+
+    study = optuna.create_study(direction="maximize", sampler=make_sampler())
+    start = time.perf_counter()
+    study.optimize(timed, n_trials=n_trials)
+    stamps.append(time.perf_counter())
+    return 1000.0 * np.diff(np.array([start] + stamps[1:]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="100 and 60 trials")
+    args = parser.parse_args()
+    finite_trials, continuous_trials = (100, 60) if args.quick else (1000, 300)
+    settings = [
+        ("finite 1-D (100 points)", finite_objective, finite_trials),
+        ("continuous 2-D", continuous_objective, continuous_trials),
+    ]
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    for label, objective, n_trials in settings:
+        windows = [(0, n_trials // 10), (n_trials // 2 - n_trials // 10, n_trials // 2)]
+        windows.append((n_trials - n_trials // 10, n_trials))
+        results[label] = {}
+        for name, make in samplers(n_trials).items():
+            if name == "gp" and label.startswith("finite"):
+                continue
+            per_trial = time_study(make, objective, n_trials)
+            results[label][name] = {
+                f"trials {a + 1}-{b}": float(per_trial[a:b].mean()) for a, b in windows
+            }
+            results[label][name]["total s"] = float(per_trial.sum() / 1000.0)
+            print(f"  timed {name} on {label}", flush=True)
+        columns = list(next(iter(results[label].values())))
+        print(f"\n{label}: ms per trial (mean over each window), total seconds")
+        print(f"| {'sampler':9s} | " + " | ".join(f"{c:>15s}" for c in columns) + " |")
+        print("|-----------|" + "|".join("-" * 17 for _ in columns) + "|")
+        for name, row in results[label].items():
+            print(f"| {name:9s} | " + " | ".join(f"{row[c]:15.2f}" for c in columns) + " |")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "ldp_cost.json").write_text(json.dumps(results, indent=2))
+    print("\nsaved results/ldp_cost.json")
+
+
+if __name__ == "__main__":
+    main()
