@@ -382,7 +382,9 @@ def test_classic_conversion_by_hand() -> None:
 
 
 def test_no_warning_spam_from_fractional_orders(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG):
+    # Set the module logger's own level too: an earlier test (the CLI) may have raised
+    # "optuna_fedbo" to WARNING, which caplog's root-level setting would not undo.
+    with caplog.at_level(logging.DEBUG), caplog.at_level(logging.DEBUG, _accounting.__name__):
         compute_epsilon(
             noise_multiplier=1.0, sample_rate=0.35, rounds=60, delta=1e-5, accountant="rdp"
         )
