@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from optuna_fedbo.federation import DPConfig
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
+from optuna_fedbo.federation import FedPNEConfig
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation import presets
 from optuna_fedbo.federation import ProtocolConfig
 from optuna_fedbo.federation import RoundReport
 from optuna_fedbo.federation import simulate
+from optuna_fedbo.federation import simulate_fedpne
 from optuna_fedbo.privacy import LaplaceMechanism
 from optuna_fedbo.privacy import privatize_objective
+from optuna_fedbo.samplers import FedPNEPhaseTimeout
+from optuna_fedbo.samplers import FedPNESampler
 from optuna_fedbo.samplers import FedThompsonSampler
 from optuna_fedbo.samplers import LDPUCBSampler
 from optuna_fedbo.samplers import RFFThompsonSampler
@@ -18,7 +23,11 @@ from optuna_fedbo.samplers import RFFThompsonSampler
 __version__ = "0.1.0"
 
 __all__ = [
+    "DPConfig",
     "FTSConfig",
+    "FedPNEConfig",
+    "FedPNEPhaseTimeout",
+    "FedPNESampler",
     "FedThompsonSampler",
     "Federation",
     "LDPUCBSampler",
@@ -31,4 +40,5 @@ __all__ = [
     "presets",
     "privatize_objective",
     "simulate",
+    "simulate_fedpne",
 ]

@@ -6,9 +6,18 @@ from optuna_fedbo.federation import presets
 from optuna_fedbo.federation.config import FederationConfig
 from optuna_fedbo.federation.config import FTSConfig
 from optuna_fedbo.federation.config import ProtocolConfig
+from optuna_fedbo.federation.dp_config import DPConfig
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.federation import FederationStatus
 from optuna_fedbo.federation.federation import Participant
+from optuna_fedbo.federation.fedpne import FedPNEConfig
+from optuna_fedbo.federation.fedpne_channel import FedPNEStatus
+from optuna_fedbo.federation.fedpne_server import FedPNEServer
+from optuna_fedbo.federation.fedpne_server import PhaseRoundReport
+from optuna_fedbo.federation.fedpne_simulate import FedPNESimulationResult
+from optuna_fedbo.federation.fedpne_simulate import simulate_fedpne
+from optuna_fedbo.federation.ledger import LedgerEntry
+from optuna_fedbo.federation.ledger import PrivacyLedger
 from optuna_fedbo.federation.messages import Broadcast
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
@@ -19,17 +28,26 @@ from optuna_fedbo.federation.store import resolve_storage
 
 __all__ = [
     "Broadcast",
+    "DPConfig",
     "FTSConfig",
+    "FedPNEConfig",
+    "FedPNEServer",
+    "FedPNESimulationResult",
+    "FedPNEStatus",
     "Federation",
     "FederationConfig",
     "FederationNotFoundError",
     "FederationServer",
     "FederationStatus",
+    "LedgerEntry",
     "Participant",
+    "PhaseRoundReport",
+    "PrivacyLedger",
     "ProtocolConfig",
     "RoundReport",
     "SimulationResult",
     "presets",
     "resolve_storage",
     "simulate",
+    "simulate_fedpne",
 ]

@@ -8,6 +8,11 @@ Examples::
         --preset dp-fts-de
     optuna-fedbo serve --storage sqlite:///fed.db --name svm --round-timeout 600
     optuna-fedbo status --storage sqlite:///fed.db --name svm
+
+Differential privacy (DP-FTS-DE): ``--privacy-preset dp-fts-de`` (the paper's ``z = 1``,
+``q = 0.35``, ``S = 22``, moments accountant) and/or ``--privacy '{"noise_multiplier": 1.0,
+"sample_rate": 0.35, "clip_norm": 22, "epsilon_budget": 8}'`` (DPConfig fields, applied on top
+of the preset); ``status --ledger`` lists every accounted round.
 """
 
 from __future__ import annotations
@@ -17,14 +22,17 @@ from collections.abc import Sequence
 import json
 import logging
 import sys
+import time
 
 import optuna
 from optuna.distributions import json_to_distribution
 
 from optuna_fedbo.federation.config import FTSConfig
 from optuna_fedbo.federation.config import ProtocolConfig
+from optuna_fedbo.federation.dp_config import DPConfig
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.presets import PRESETS
+from optuna_fedbo.federation.presets import PRIVACY_PRESETS
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
 
@@ -68,7 +76,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     create.add_argument(
         "--protocol",
-        help="JSON object (or @file) of FTSConfig fields, applied on top of the preset.",
+        help="JSON object (or @file) of FTSConfig fields, applied on top of the preset; with "
+        '"kind" (e.g. {"kind": "fedpne", "horizon": 500}), another protocol\'s fields.',
+    )
+    create.add_argument(
+        "--privacy-preset",
+        choices=sorted(PRIVACY_PRESETS),
+        help="Differential privacy preset (default: no differential privacy).",
+    )
+    create.add_argument(
+        "--privacy",
+        help="JSON object (or @file) of DPConfig fields (noise_multiplier, sample_rate, "
+        "clip_norm, delta, accountant, sampling, epsilon_budget), applied on top of the "
+        "privacy preset.",
     )
     create.add_argument("--seed", type=int, default=0, help="Public seed.")
 
@@ -93,6 +113,9 @@ def _parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="Show rounds, participants and who is missing.")
     _add_target(status)
     status.add_argument("--json", action="store_true", help="Print JSON.")
+    status.add_argument(
+        "--ledger", action="store_true", help="Also list every round of the privacy ledger."
+    )
     return parser
 
 
@@ -109,17 +132,45 @@ def _create(args: argparse.Namespace) -> int:
         overrides = _read_json(args.protocol)
         if not isinstance(overrides, dict):
             raise ValueError("--protocol must be a JSON object.")
-        protocol = ProtocolConfig.from_dict({**protocol.to_dict(), **overrides})
+        if overrides.get("kind", protocol.kind) != protocol.kind:
+            # Another protocol (e.g. {"kind": "fedpne", "horizon": 500}): its own defaults.
+            protocol = ProtocolConfig.from_dict(overrides)
+        else:
+            protocol = ProtocolConfig.from_dict({**protocol.to_dict(), **overrides})
     federation = Federation.create(
         args.name,
         search_space=search_space,
         n_clients=args.n_clients,
         storage=args.storage,
         protocol=protocol,
+        privacy=_privacy_argument(args),
         seed=args.seed,
     )
     print(f"created {federation.name} (config {federation.config_hash[:12]})")
+    if federation.privacy is not None:
+        dp = federation.privacy
+        print(
+            f"differential privacy: z {dp.noise_multiplier:g}, q {dp.sample_rate:g}, "
+            f"S {dp.clip_norm:g}, delta {dp.delta:.3g}, {dp.accountant} accountant"
+            + ("" if dp.epsilon_budget is None else f", epsilon budget {dp.epsilon_budget:g}")
+        )
     return 0
+
+
+def _privacy_argument(args: argparse.Namespace) -> DPConfig | None:
+    if args.privacy_preset is None and not args.privacy:
+        return None
+    fields = PRIVACY_PRESETS[args.privacy_preset]().to_dict() if args.privacy_preset else {}
+    fields.pop("kind", None)
+    if args.privacy:
+        overrides = _read_json(args.privacy)
+        if not isinstance(overrides, dict):
+            raise ValueError("--privacy must be a JSON object of DPConfig fields.")
+        fields.update(overrides)
+    try:
+        return DPConfig(**fields)
+    except TypeError as error:
+        raise ValueError(f"--privacy: {error}") from None
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -132,9 +183,18 @@ def _serve(args: argparse.Namespace) -> int:
     )
 
     def show(report: RoundReport) -> None:
+        if report.budget_exhausted:
+            print(
+                f"round {report.round}: not published: privacy budget exhausted (epsilon "
+                f"{report.epsilon:.4g} spent at delta {report.delta:.3g}); stopping",
+                flush=True,
+            )
+            return
         print(
             f"round {report.round}: {report.n_contributors} contributors ({report.reason})"
-            + (f", {len(report.rejected)} rejected" if report.rejected else ""),
+            + (f", {len(report.rejected)} rejected" if report.rejected else "")
+            + ("" if report.n_clipped is None else f", {report.n_clipped} clipped")
+            + ("" if report.epsilon is None else f", epsilon {report.epsilon:.4g}"),
             flush=True,
         )
 
@@ -149,8 +209,35 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    status = Federation.load(args.name, args.storage).status()
-    print(json.dumps(status.to_dict(), indent=2) if args.json else status.format())
+    federation = Federation.load(args.name, args.storage)
+    if federation.protocol.kind == "fedpne":
+        from optuna_fedbo.federation.fedpne_channel import FedPNEChannel
+
+        fedpne_status = FedPNEChannel(federation).status()
+        print(
+            json.dumps(fedpne_status.to_dict(), indent=2) if args.json else fedpne_status.format()
+        )
+        return 0
+    status = federation.status()
+    entries = federation.ledger_entries() if args.ledger else []
+    if args.json:
+        record = status.to_dict()
+        if args.ledger:
+            record["ledger"] = [entry.to_dict() for entry in entries]
+        print(json.dumps(record, indent=2))
+        return 0
+    print(status.format())
+    if args.ledger:
+        if federation.privacy is None:
+            print("ledger         none (no differential privacy)")
+        else:
+            print(f"{'round':>7} {'epsilon':>10} {'noise std':>10} {'phi_max':>9}  accounted at")
+            for entry in entries:
+                stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.accounted_at))
+                print(
+                    f"{entry.round:>7d} {entry.epsilon:>10.4f} {entry.noise_std:>10.4g} "
+                    f"{entry.phi_max:>9.4g}  {stamp}"
+                )
     return 0
 
 

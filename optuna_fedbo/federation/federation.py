@@ -21,6 +21,9 @@ from optuna_fedbo.core.rff import RandomFourierFeatures
 from optuna_fedbo.federation.config import FederationConfig
 from optuna_fedbo.federation.config import FTSConfig
 from optuna_fedbo.federation.config import ProtocolConfig
+from optuna_fedbo.federation.dp_config import DPConfig
+from optuna_fedbo.federation.ledger import LedgerEntry
+from optuna_fedbo.federation.ledger import PrivacyLedger
 from optuna_fedbo.federation.messages import Broadcast
 from optuna_fedbo.federation.messages import encode_upload
 from optuna_fedbo.federation.messages import parse_broadcast
@@ -34,12 +37,28 @@ from optuna_fedbo.search_space import SearchSpaceEncoder
 _logger = optuna.logging.get_logger(__name__)
 
 
-def _check_privacy(privacy: Any) -> None:
-    if privacy is not None:
+def _check_privacy(
+    privacy: Any, protocol: ProtocolConfig, n_clients: int
+) -> dict[str, Any] | None:
+    """The stored form of the privacy configuration (``delta`` resolved), or ``None``."""
+    if privacy is None:
+        return None
+    if not isinstance(privacy, DPConfig):
         raise ValueError(
-            f"privacy={privacy!r} is not supported by this version of optuna-fedbo: only "
-            "privacy=None (no differential privacy) is available."
+            f"privacy must be None or a DPConfig, got {privacy!r} (the DP-Fed-PNE reward "
+            "privacy is configured in FedPNEConfig)."
         )
+    if not isinstance(protocol, FTSConfig):
+        raise ValueError(
+            f"DPConfig privatizes the FTS server's aggregation; protocol {protocol.kind!r} "
+            "is not FTS."
+        )
+    if protocol.aggregation != "weighted":
+        raise ValueError(
+            "DPConfig needs aggregation='weighted' (DP-FTS / DP-FTS-DE): the original FTS "
+            "relays every agent's vector, which no amount of noise on an aggregate protects."
+        )
+    return privacy.resolve(n_clients).to_dict()
 
 
 @dataclass(frozen=True)
@@ -70,6 +89,8 @@ class FederationStatus:
         uploaded: Participants with an upload in the open round.
         missing: Joined participants without an upload in the open round.
         server: The server's last heartbeat record, if any.
+        privacy: The privacy ledger's summary (``PrivacyLedger.summary``); ``None`` without
+            differential privacy.
     """
 
     name: str
@@ -80,6 +101,7 @@ class FederationStatus:
     uploaded: tuple[str, ...]
     missing: tuple[str, ...]
     server: dict[str, Any] | None
+    privacy: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The status as a JSON object."""
@@ -93,6 +115,7 @@ class FederationStatus:
             "missing": list(self.missing),
             "not_joined": self.n_clients - len(self.participants),
             "server": self.server,
+            "privacy": self.privacy,
         }
 
     def format(self) -> str:
@@ -112,7 +135,30 @@ class FederationStatus:
                 f"server         {self.server.get('host')} pid {self.server.get('pid')}, "
                 f"last seen {age:.0f} s ago"
             )
+        if self.privacy is not None:
+            lines += _format_privacy(self.privacy)
         return "\n".join(lines)
+
+
+def _format_privacy(summary: dict[str, Any]) -> list[str]:
+    budget = summary["epsilon_budget"]
+    spent = f"epsilon {summary['epsilon']:.4g}"
+    if budget is not None:
+        spent += f" of budget {budget:g}"
+    lines = [
+        f"privacy        {spent}, delta {summary['delta']:.3g} after "
+        f"{summary['rounds_accounted']} accounted round(s) ({summary['accountant']} accountant)",
+        f"mechanism      z {summary['noise_multiplier']:g}, q {summary['sample_rate']:g}, "
+        f"S {summary['clip_norm']:g}, {summary['sampling']} sampling "
+        f"({summary['neighbouring_relation']})",
+    ]
+    exhausted = summary["budget_exhausted"]
+    if exhausted is not None:
+        lines.append(
+            f"budget         exhausted: round {exhausted['round']} not published (epsilon "
+            f"would reach {exhausted['epsilon_next']:.4g}); participants use local TS"
+        )
+    return lines
 
 
 class Federation:
@@ -134,6 +180,9 @@ class Federation:
         self._broadcast: Broadcast | None = None
         self._broadcast_trial: int | None = None
         self._indices: dict[str, int] = {}
+        self._privacy = None if config.privacy is None else DPConfig.from_dict(config.privacy)
+        self._ledger: PrivacyLedger | None = None
+        self._exhausted: dict[str, Any] | None = None
 
     # ----------------------------------------------------------------------- lifecycle
     @classmethod
@@ -158,7 +207,9 @@ class Federation:
             storage: ``None`` (in-memory, one process), an RDB URL, a journal file
                 (``journal:PATH`` or a ``.log`` path) or any ``BaseStorage``.
             protocol: The protocol; ``None`` is ``FTSConfig()``.
-            privacy: Must be ``None`` (no differential privacy) in this version.
+            privacy: ``None`` (no differential privacy) or a
+                :class:`~optuna_fedbo.federation.dp_config.DPConfig`: the server then runs
+                DP-FTS-DE's Algorithm 1 and accounts every round in the privacy ledger.
             seed: Public seed of the shared randomness (random features, sub-regions).
             load_if_exists: Load an existing federation of that name instead of failing, if and
                 only if its configuration is identical.
@@ -167,13 +218,13 @@ class Federation:
             ValueError: On invalid arguments, or if the federation exists (with another
                 configuration, or ``load_if_exists`` false).
         """
-        _check_privacy(privacy)
+        protocol = FTSConfig() if protocol is None else protocol
         config = FederationConfig(
             name=name,
             search_space=search_space,
             n_clients=n_clients,
-            protocol=FTSConfig() if protocol is None else protocol,
-            privacy=None,
+            protocol=protocol,
+            privacy=_check_privacy(privacy, protocol, n_clients),
             seed=seed,
         )
         store = FederationStore(resolve_storage(storage), name)
@@ -206,6 +257,7 @@ class Federation:
         protocol: ProtocolConfig | None = None,
         n_clients: int | None = None,
         seed: int | None = None,
+        privacy: DPConfig | None = None,
     ) -> Federation:
         """Load a federation by name; optionally check that it is the one you expect.
 
@@ -217,6 +269,8 @@ class Federation:
             protocol: If given, the protocol configuration you expect.
             n_clients: If given, the number of participants you expect.
             seed: If given, the public seed you expect.
+            privacy: If given, the differential privacy you expect (``delta=None`` stands for
+                the default ``1 / N^1.1``); loading fails if the federation's differs.
 
         Raises:
             KeyError: If there is no federation of that name.
@@ -242,6 +296,10 @@ class Federation:
             problems.append(f"n_clients: stored {config.n_clients}, expected {n_clients}")
         if seed is not None and seed != config.seed:
             problems.append(f"seed: stored {config.seed}, expected {seed}")
+        if privacy is not None and (
+            federation.privacy is None or privacy.resolve(config.n_clients) != federation.privacy
+        ):
+            problems.append(f"privacy: stored {federation.privacy!r}, expected {privacy!r}")
         if problems:
             raise ValueError(
                 f"Federation {name!r} does not match what you expect: " + "; ".join(problems)
@@ -304,6 +362,11 @@ class Federation:
     def seed(self) -> int:
         """The public seed."""
         return self._config.seed
+
+    @property
+    def privacy(self) -> DPConfig | None:
+        """The differential privacy configuration (``delta`` resolved), or ``None``."""
+        return self._privacy
 
     @property
     def encoder(self) -> SearchSpaceEncoder:
@@ -418,13 +481,16 @@ class Federation:
         """Block until round ``round_index`` (or a later one) is published.
 
         Returns:
-            The newest broadcast, or ``None`` if the timeout expired first.
+            The newest broadcast, or ``None`` if the timeout expired first or the privacy
+            budget ran out before that round (see :meth:`budget_exhausted`).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             latest = self._store.latest()
             if latest is not None and int(latest["round"]) >= round_index:
                 return self.latest_broadcast()
+            if self.budget_exhausted() is not None:
+                return None
             if deadline is not None and time.monotonic() >= deadline:
                 return None
             time.sleep(poll_interval)
@@ -451,8 +517,14 @@ class Federation:
             The round the vector was sent to.
 
         Raises:
-            ValueError: For a vector of the wrong shape or with NaN/inf, or an unknown client.
+            ValueError: For a vector of the wrong shape or with NaN/inf, an unknown client, or
+                a federation whose privacy budget is exhausted (nothing will be published).
         """
+        if self.budget_exhausted() is not None:
+            raise ValueError(
+                f"The privacy budget of federation {self.name!r} is exhausted: no round will be "
+                "published any more, so nothing is uploaded."
+            )
         omega = np.asarray(omega, dtype=float)
         n_features = self.fts.n_features
         if omega.shape != (n_features,):
@@ -496,14 +568,60 @@ class Federation:
             uploaded=uploaded,
             missing=missing,
             server=self._store.server_status(),
+            privacy=None if self._privacy is None else self.privacy_ledger().summary(),
         )
+
+    # ----------------------------------------------------------------------- privacy
+    def privacy_ledger(self) -> PrivacyLedger:
+        """The privacy ledger (readable by everyone; written by the server only).
+
+        Raises:
+            ValueError: If the federation has no differential privacy.
+        """
+        if self._privacy is None:
+            raise ValueError(f"Federation {self.name!r} has no differential privacy (no ledger).")
+        with self._lock:
+            if self._ledger is None:
+                self._ledger = PrivacyLedger(self._store, self._privacy, self.n_clients)
+            return self._ledger
+
+    def ledger_entries(self) -> list[LedgerEntry]:
+        """Every accounted round of the privacy ledger (empty without differential privacy)."""
+        return [] if self._privacy is None else self.privacy_ledger().entries()
+
+    def budget_exhausted(self) -> dict[str, Any] | None:
+        """The server's record of the round it refused to publish for the budget, or ``None``.
+
+        Once set, the server publishes nothing more and participants use local TS. Without
+        differential privacy (or without a budget) this is always ``None``.
+        """
+        if self._privacy is None or self._privacy.epsilon_budget is None:
+            return None
+        with self._lock:
+            if self._exhausted is not None:
+                return self._exhausted
+        record = self._store.budget_exhausted()
+        if record is not None:
+            with self._lock:
+                self._exhausted = record  # permanent: cache it
+        return record
 
     def privacy_spent(self) -> tuple[float, float]:
         """``(epsilon, delta)`` spent so far.
 
+        With a :class:`DPConfig`, epsilon after every round in the privacy ledger (every
+        released broadcast, accounted before it became readable) at the configured delta.
+
         Without differential privacy nothing is protected: every mechanism is
-        ``(inf, 0)``-DP, which is what is returned.
+        ``(inf, 0)``-DP, which is what is returned. For DP-Fed-PNE see
+        :func:`optuna_fedbo.federation.fedpne_channel.privacy_spent`.
         """
+        if self.protocol.kind == "fedpne":
+            from optuna_fedbo.federation.fedpne_channel import privacy_spent
+
+            return privacy_spent(self)
+        if self._privacy is not None:
+            return self.privacy_ledger().spent()
         return (math.inf, 0.0)
 
     def __repr__(self) -> str:

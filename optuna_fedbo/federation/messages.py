@@ -142,7 +142,8 @@ class Broadcast:
             ``"sample"``: ``vectors`` holds the vectors of the agents that uploaded, in random
             order, to draw from.
         vectors: Array of shape ``(P, M)`` or ``(K, M)`` (read-only).
-        n_contributors: Number of participants whose vectors entered the round.
+        n_contributors: Number of participants whose vectors entered the round; -1 (withheld)
+            under differential privacy, where the count would reveal participation.
         config_hash: Hash of the federation configuration.
         published_at: Server clock at publication.
     """

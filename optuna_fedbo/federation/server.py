@@ -15,17 +15,30 @@ One round (DP-FTS-DE, Algorithm 1) is ``collect -> aggregate -> publish``:
 
 Every step is idempotent from stored state, so a server restarted at any point resumes the open
 round with the uploads already written and never publishes a round twice.
+
+With differential privacy (``Federation.create(..., privacy=DPConfig(...))``) the round is
+``collect -> privatize -> account -> publish``: the aggregation is Algorithm 1 of DP-FTS-DE
+(Poisson subsampling with probability ``q`` over the ``N`` registered agents, clipping to
+``S / sqrt(P)``, weighted sums divided by ``q``, Gaussian noise ``z phi_max S / q``; randomness
+from the OS, never a seed), and the round is composed into the persistent privacy ledger before
+its broadcast is staged, so no broadcast ever exists unaccounted. A round that would take epsilon
+above the budget is not published: the server records that the budget is exhausted, logs it,
+reports it, discards the round's uploads and stops. Which agents were selected, how many
+vectors were clipped and how many contributed are reported to the server operator only (the
+broadcast carries ``n_contributors = -1``: the count would reveal participation).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import KW_ONLY
 import hashlib
 import os
 import socket
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import optuna
@@ -34,12 +47,15 @@ from optuna.trial import TrialState
 from optuna_fedbo.core.weights import subregion_weights
 from optuna_fedbo.core.weights import WeightSchedule
 from optuna_fedbo.federation.federation import Federation
+from optuna_fedbo.federation.ledger import LedgerEntry
+from optuna_fedbo.federation.ledger import PrivacyLedger
 from optuna_fedbo.federation.messages import encode_broadcast
 from optuna_fedbo.federation.messages import parse_broadcast
 from optuna_fedbo.federation.messages import parse_upload
 from optuna_fedbo.federation.messages import Upload
 from optuna_fedbo.federation.messages import UploadRejected
 from optuna_fedbo.privacy._gaussian import aggregate
+from optuna_fedbo.privacy._gaussian import AggregationResult
 from optuna_fedbo.privacy._rng import secure_rng
 
 _logger = optuna.logging.get_logger(__name__)
@@ -57,6 +73,16 @@ class RoundReport:
         reason: Why the round closed: ``"complete"`` (all ``N`` in), ``"forced"``,
             ``"timeout"``, or ``"resumed"`` (a publication interrupted by a crash, finished).
         published_at: Server clock at publication.
+        published: False for the round the server refused to publish because of the privacy
+            budget (then ``budget_exhausted`` is true and nothing was released).
+        epsilon: With differential privacy, epsilon spent after this round (``None``
+            otherwise).
+        delta: With differential privacy, the ledger's delta.
+        n_selected: With differential privacy, agents selected by subsampling (server-side).
+        n_clipped: With differential privacy, contributing vectors longer than ``S / sqrt(P)``
+            (server-side; the papers tune ``S`` so that few are).
+        noise_std: With differential privacy, the noise standard deviation per coordinate.
+        budget_exhausted: True on the report of the round refused for the budget.
     """
 
     round: int
@@ -65,6 +91,14 @@ class RoundReport:
     rejected: tuple[tuple[str, str], ...]
     reason: str
     published_at: float
+    _: KW_ONLY
+    published: bool = True
+    epsilon: float | None = None
+    delta: float | None = None
+    n_selected: int | None = None
+    n_clipped: int | None = None
+    noise_std: float | None = None
+    budget_exhausted: bool = False
 
 
 @dataclass
@@ -75,6 +109,8 @@ class _Staged:
     contributors: tuple[str, ...]
     rejected: tuple[tuple[str, str], ...]
     reason: str
+    private: AggregationResult | None = None
+    entry: LedgerEntry | None = None
 
 
 class FederationServer:
@@ -88,7 +124,25 @@ class FederationServer:
         min_uploads: Fewest valid uploads with which a timeout closes a round.
         discard_uploads: Delete a round's raw uploads once it is published.
         heartbeat_interval: Seconds between the server's heartbeat writes.
+
+    With differential privacy, a server with an epsilon budget precomputes epsilon for the
+    rounds the budget allows when it starts (at most about 2 s; accounting those rounds is then
+    a table lookup).
+
+    For a Fed-PNE federation (protocol :class:`~optuna_fedbo.federation.fedpne.FedPNEConfig`)
+    the constructor returns a :class:`~optuna_fedbo.federation.fedpne_server.FedPNEServer`,
+    which takes the same arguments.
     """
+
+    #: The budget-exhausted record once the server has stopped for the privacy budget.
+    _exhausted: dict[str, Any] | None = None
+
+    def __new__(cls, federation: Federation, *args: Any, **kwargs: Any) -> FederationServer:
+        if cls is FederationServer and federation.protocol.kind == "fedpne":
+            from optuna_fedbo.federation.fedpne_server import FedPNEServer
+
+            return super().__new__(FedPNEServer)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -123,6 +177,11 @@ class FederationServer:
         self._last_heartbeat = -np.inf
         self._last_published = -1
         self._staged: _Staged | None = None
+        self._ledger: PrivacyLedger | None = None
+        if federation.privacy is not None:
+            self._ledger = federation.privacy_ledger()
+            self._mechanism = federation.privacy.mechanism()
+            self._ledger.prepare()
         self._recover()
 
     # ------------------------------------------------------------------------ recovery
@@ -154,7 +213,11 @@ class FederationServer:
                 self._store.fail_broadcast(trial._trial_id)
         if self._last_published >= 0 and self._discard:
             self._store.discard_uploads(self._last_published)
-        self._store.open_uploads(self._last_published + 1)
+        if self._ledger is not None:
+            self._ledger.reload()
+            self._exhausted = self._ledger.exhausted()
+        if self._exhausted is None:
+            self._store.open_uploads(self._last_published + 1)
         self._reset_round()
 
     def _reset_round(self) -> None:
@@ -167,13 +230,20 @@ class FederationServer:
         """The round currently collecting uploads."""
         return self._last_published + 1
 
+    @property
+    def budget_exhausted(self) -> dict[str, Any] | None:
+        """The record of the round refused for the privacy budget, or ``None``."""
+        return self._exhausted
+
     def step(self, force: bool = False) -> RoundReport | None:
         """Close the open round if it is ready, aggregate it and publish the broadcast.
 
         A round is ready when all ``N`` participants have a valid upload in it (in round 0,
         each with its ``n_init`` initial observations), or when ``round_timeout`` has passed
         since its first valid upload, or when ``force`` is true. A round without any valid
-        upload is never closed.
+        upload is never closed. With differential privacy, a ready round that would exceed the
+        epsilon budget is not published: the report says so (``budget_exhausted``), once;
+        afterwards ``step`` does nothing.
 
         Args:
             force: Close the round with whatever valid uploads arrived.
@@ -185,27 +255,45 @@ class FederationServer:
             self._heartbeat()
             if self._staged is not None:
                 return self._publish()
+            if self._exhausted is not None:
+                return None
             round_index = self.open_round
             uploads, rejected = self._collect(round_index)
             reason = self._closing_reason(round_index, uploads, force)
             if reason is None:
                 return None
-            vectors = self._aggregate(round_index, uploads)
+            private = entry = None
+            if self._ledger is None:
+                vectors = self._aggregate(round_index, uploads)
+                contributors = tuple(u.client_id for u in uploads)
+            else:
+                if self._ledger.would_exceed(round_index):
+                    return self._stop_for_budget(round_index, uploads, rejected)
+                private, phi_max = self._privatize(round_index, uploads)
+                # Accounted (persistently) before the broadcast exists anywhere.
+                entry = self._ledger.account(
+                    round_index, noise_std=private.noise_std, phi_max=phi_max
+                )
+                vectors = np.asarray(private.vectors)
+                roster = self.federation.participants()
+                contributors = tuple(roster[int(i)] for i in private.contributors)
             payload = encode_broadcast(
                 round_index=round_index,
                 aggregation=self._fts.aggregation,
                 vectors=vectors,
-                n_contributors=len(uploads),
+                n_contributors=len(uploads) if private is None else -1,
                 config_hash=self.federation.config_hash,
             )
             trial_id = self._store.stage_broadcast(round_index, payload)
             self._staged = _Staged(
                 trial_id,
                 round_index,
-                len(uploads),
-                tuple(u.client_id for u in uploads),
+                len(contributors),
+                contributors,
                 rejected,
                 reason,
+                private,
+                entry,
             )
             return self._publish()
 
@@ -279,17 +367,91 @@ class FederationServer:
         )
         return np.array(aggregate(omegas, indices, weights, mechanism=None).vectors)
 
+    def _privatize(
+        self, round_index: int, uploads: list[Upload]
+    ) -> tuple[AggregationResult, float]:
+        """Algorithm 1, lines 5-11, with weights over all ``N`` registered agents."""
+        omegas = np.stack([u.omega for u in uploads])
+        indices = np.array([self.federation.index_of(u.client_id) for u in uploads])
+        weights = subregion_weights(
+            self.federation.assignment(),
+            self._fts.n_subregions,
+            round_index=round_index,
+            schedule=self._weights,
+        )
+        # rng=None: subsampling and noise from the OS entropy source (secure_rng).
+        result = aggregate(omegas, indices, weights, mechanism=self._mechanism)
+        return result, float(weights.max())
+
+    def _stop_for_budget(
+        self,
+        round_index: int,
+        uploads: list[Upload],
+        rejected: tuple[tuple[str, str], ...],
+    ) -> RoundReport:
+        assert self._ledger is not None
+        record = self._ledger.mark_exhausted(round_index)
+        self._exhausted = record
+        if self._discard:
+            self._store.discard_uploads(round_index)
+        self._reset_round()
+        self._heartbeat(force=True)
+        _logger.warning(
+            f"Privacy budget of {self.federation.name!r} exhausted: round {round_index} is not "
+            f"published (epsilon would reach {record['epsilon_next']:.4g} > budget "
+            f"{record['epsilon_budget']:g}; spent {record['epsilon']:.4g} at delta "
+            f"{record['delta']:.3g} over {record['rounds_accounted']} round(s)). The server "
+            "stops publishing; participants continue with local Thompson sampling."
+        )
+        return RoundReport(
+            round=round_index,
+            n_contributors=0,
+            contributors=(),
+            rejected=rejected,
+            reason="budget",
+            published_at=time.time(),
+            published=False,
+            epsilon=float(record["epsilon"]),
+            delta=float(record["delta"]),
+            budget_exhausted=True,
+        )
+
     def _publish(self) -> RoundReport:
         staged = self._staged
         assert staged is not None
+        entry = staged.entry
+        if self._ledger is not None and entry is None:  # a staged broadcast found at restart
+            if not self._ledger.is_accounted(staged.round):
+                # Cannot happen through step(), which accounts before staging: a broadcast found
+                # staged without its ledger entry is accounted before it is published.
+                _logger.warning(f"Round {staged.round} was staged unaccounted; accounting it now.")
+            phi_max = float(
+                subregion_weights(
+                    self.federation.assignment(),
+                    self._fts.n_subregions,
+                    round_index=staged.round,
+                    schedule=self._weights,
+                ).max()
+            )
+            entry = self._ledger.account(
+                staged.round,
+                noise_std=self._mechanism.noise_multiplier
+                * phi_max
+                * self._mechanism.clip_norm
+                / self._mechanism.sample_rate,
+                phi_max=phi_max,
+            )
         self._store.open_uploads(staged.round + 1)
-        self._store.commit_broadcast(staged.trial_id, staged.round, staged.n_contributors)
+        # Under differential privacy the number of contributors is withheld (-1).
+        published_count = staged.n_contributors if entry is None else -1
+        self._store.commit_broadcast(staged.trial_id, staged.round, published_count)
         self._last_published = staged.round
         self._staged = None
         if self._discard:
             self._store.discard_uploads(staged.round)
         self._reset_round()
         self._heartbeat(force=True)
+        private = staged.private
         report = RoundReport(
             round=staged.round,
             n_contributors=staged.n_contributors,
@@ -297,10 +459,23 @@ class FederationServer:
             rejected=staged.rejected,
             reason=staged.reason,
             published_at=time.time(),
+            epsilon=None if entry is None else entry.epsilon,
+            delta=None if entry is None else entry.delta,
+            n_selected=None if private is None else int(private.selected.size),
+            n_clipped=None if private is None else private.n_clipped,
+            noise_std=None if entry is None else entry.noise_std,
         )
+        details = ""
+        if entry is not None:
+            details = f", epsilon {entry.epsilon:.4g} at delta {entry.delta:.3g}"
+            if private is not None:
+                details += (
+                    f", {private.selected.size} selected, {private.n_clipped} of "
+                    f"{private.contributors.size} clipped"
+                )
         _logger.info(
             f"Published round {staged.round} of {self.federation.name!r} "
-            f"({staged.n_contributors} contributors, {staged.reason})."
+            f"({staged.n_contributors} contributors, {staged.reason}{details})."
         )
         return report
 
@@ -331,6 +506,8 @@ class FederationServer:
     ) -> list[RoundReport]:
         """Poll the storage and close rounds as they become ready.
 
+        Returns when the privacy budget is exhausted (nothing more can be published).
+
         Args:
             poll_interval: Seconds between polls when nothing happened.
             max_rounds: Stop once this many rounds have been published in total.
@@ -341,7 +518,8 @@ class FederationServer:
                 state is reloaded from storage) before the error is raised.
 
         Returns:
-            The reports of the rounds published by this call.
+            The reports of the rounds published by this call (and of the round refused for
+            the privacy budget, if that happened).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         reports: list[RoundReport] = []
@@ -349,6 +527,8 @@ class FederationServer:
         _logger.info(f"Serving federation {self.federation.name!r} from round {self.open_round}.")
         try:
             while True:
+                if self._exhausted is not None:
+                    break
                 if max_rounds is not None and self.open_round >= max_rounds:
                     break
                 if stop is not None and stop.is_set():

@@ -163,6 +163,11 @@ def simulate(
         quiet: Silence Optuna's per-trial log lines during the run.
         as_table: Return :meth:`SimulationResult.table` instead of the result object.
 
+    With a :class:`~optuna_fedbo.federation.fedpne.FedPNEConfig` protocol this runs
+    :func:`~optuna_fedbo.federation.fedpne_simulate.simulate_fedpne`: a round is a Fed-PNE
+    phase, ``n_rounds`` bounds the phases the server closes (the run also ends at the horizon),
+    and the result is a :class:`~optuna_fedbo.federation.FedPNESimulationResult`.
+
     Returns:
         A :class:`SimulationResult` (or its tidy table).
     """
@@ -174,6 +179,28 @@ def simulate(
         raise ValueError(f"direction must be 'maximize' or 'minimize', got {direction!r}.")
     if sampler_factory is not None and sampler_kwargs:
         raise ValueError("Pass either sampler_factory or sampler_kwargs, not both.")
+    if protocol is not None and protocol.kind == "fedpne":
+        # Fed-PNE's rounds are its phases: see simulate_fedpne (n_rounds = closed phases).
+        from optuna_fedbo.federation.fedpne_simulate import simulate_fedpne
+
+        if privacy is not None or sampler_factory is not None:
+            raise ValueError(
+                "Fed-PNE takes its privacy from FedPNEConfig(dp_epsilon=..., dp_delta=...) and "
+                "runs FedPNESampler: pass neither privacy nor sampler_factory."
+            )
+        fedpne = simulate_fedpne(
+            objectives,
+            search_space=search_space,
+            protocol=protocol,  # type: ignore[arg-type]
+            direction=direction,
+            seed=seed,
+            storage=storage,
+            name=name,
+            max_phases=n_rounds,
+            sampler_kwargs=sampler_kwargs,
+            quiet=quiet,
+        )
+        return fedpne.table() if as_table else fedpne  # type: ignore[return-value]
     verbosity = optuna.logging.get_verbosity()
     if quiet:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -252,7 +279,10 @@ def _run(
                 study.optimize(objective, n_trials=n_trials)
             report = server.step(force=True)
             if report is None:
-                _logger.warning(f"Round {round_index} received no valid upload; not published.")
+                if server.budget_exhausted is None:
+                    _logger.warning(
+                        f"Round {round_index} received no valid upload; not published."
+                    )
             else:
                 reports.append(report)
             if bar is not None:

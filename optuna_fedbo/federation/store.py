@@ -18,6 +18,10 @@ attribute writes are last-writer-wins):
   round is published, so a late upload fails and raw uploads do not outlive their round.
   Keeping uploads in studies of their own is what allows sealing them (encryption to the
   server's key) later without changing the layout.
+* study ``NAME:fedbo:ledger`` -- the privacy ledger of a differentially private federation,
+  written by the server only and readable by everyone: one system attribute ``r:RRRRRR`` per
+  accounted round (written before the round's broadcast exists anywhere). When the privacy
+  budget is exhausted the server writes ``fedbo:budget_exhausted`` to the main study.
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ BROADCAST_KEY = "fedbo:broadcast"
 CLIENT_KEY = "fedbo:client"
 OPENED_KEY = "fedbo:opened_at"
 UPLOAD_PREFIX = "u:"
+LEDGER_PREFIX = "r:"
+BUDGET_EXHAUSTED_KEY = "fedbo:budget_exhausted"
 
 #: Longest accepted participant id (RDB attribute keys are limited to 512 characters).
 MAX_CLIENT_ID_LENGTH = 128
@@ -328,6 +334,48 @@ class FederationStore:
     def fail_broadcast(self, trial_id: int) -> None:
         """Mark a staged broadcast as abandoned."""
         self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
+
+    # ---------------------------------------------------------------------------- ledger
+    @property
+    def ledger_study_name(self) -> str:
+        return f"{self.name}:fedbo:ledger"
+
+    def write_ledger_entry(self, round_index: int, record: dict[str, Any]) -> None:
+        """Write (or rewrite, idempotently) the privacy ledger's entry of a round."""
+        study_name = self.ledger_study_name
+        try:
+            study_id = self._study_id(study_name)
+        except KeyError:
+            self._forget(study_name)
+            study_id = self._create_study(study_name)
+        self.storage.set_study_system_attr(
+            study_id, f"{LEDGER_PREFIX}{round_index:06d}", dict(record)
+        )
+
+    def read_ledger(self) -> dict[int, dict[str, Any]]:
+        """The privacy ledger's entries by round (empty if nothing was accounted)."""
+        study_name = self.ledger_study_name
+        try:
+            attrs = dict(self.storage.get_study_system_attrs(self._study_id(study_name)))
+        except KeyError:
+            self._forget(study_name)
+            return {}
+        return {
+            int(key[len(LEDGER_PREFIX) :]): value
+            for key, value in attrs.items()
+            if key.startswith(LEDGER_PREFIX) and isinstance(value, dict)
+        }
+
+    def mark_budget_exhausted(self, record: dict[str, Any]) -> None:
+        """Record that the server stopped publishing because of the privacy budget."""
+        self.storage.set_study_system_attr(
+            self._study_id(self.name), BUDGET_EXHAUSTED_KEY, dict(record)
+        )
+
+    def budget_exhausted(self) -> dict[str, Any] | None:
+        """The server's budget-exhausted record, or ``None``."""
+        value = self.main_attrs().get(BUDGET_EXHAUSTED_KEY)
+        return value if isinstance(value, dict) else None
 
     # ---------------------------------------------------------------------------- server
     def write_server_status(self, status: dict[str, Any]) -> None:

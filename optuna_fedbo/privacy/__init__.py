@@ -22,6 +22,7 @@ from optuna_fedbo.privacy._accounting import RDP_ORDERS
 from optuna_fedbo.privacy._accounting import SamplingKind
 from optuna_fedbo.privacy._accounting import SAMPLINGS
 from optuna_fedbo.privacy._accounting import SubsampledGaussianEvent
+from optuna_fedbo.privacy._curve import EpsilonCurve
 from optuna_fedbo.privacy._gaussian import aggregate
 from optuna_fedbo.privacy._gaussian import AggregationResult
 from optuna_fedbo.privacy._gaussian import clip_to_norm
@@ -35,6 +36,7 @@ __all__ = [
     "ACCOUNTANTS",
     "AccountantKind",
     "AggregationResult",
+    "EpsilonCurve",
     "LaplaceMechanism",
     "MOMENTS_ORDERS",
     "MomentsAccountant",

@@ -470,6 +470,11 @@ class PrivacyAccountant:
         """The accountant kind."""
         return self._kind
 
+    @property
+    def per_round_pld(self) -> dp_pld_lib.PrivacyLossDistribution | None:
+        """The privacy loss distribution of one round (``"pld"`` only; ``None`` otherwise)."""
+        return self._pld_per_round
+
     def epsilon(self, rounds: int) -> float:
         """Epsilon after ``rounds`` released rounds (0 rounds: 0.0)."""
         rounds = _check_rounds(rounds)

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+from optuna_fedbo.samplers._fed_pne import FedPNEPhaseTimeout
+from optuna_fedbo.samplers._fed_pne import FedPNESampler
 from optuna_fedbo.samplers._fed_thompson import FedThompsonSampler
 from optuna_fedbo.samplers._ldp_ucb import LDPUCBSampler
 from optuna_fedbo.samplers._rff_thompson import RFFThompsonSampler
 
-__all__ = ["FedThompsonSampler", "LDPUCBSampler", "RFFThompsonSampler"]
+__all__ = [
+    "FedPNEPhaseTimeout",
+    "FedPNESampler",
+    "FedThompsonSampler",
+    "LDPUCBSampler",
+    "RFFThompsonSampler",
+]

@@ -35,7 +35,8 @@ from optuna_fedbo.samplers._rff_thompson import RFFThompsonSampler
 _logger = optuna.logging.get_logger(__name__)
 
 #: Trial system attribute: how the trial's point was chosen ("init", "local", "federated",
-#: "fallback" = local because no usable broadcast, "outside" = not the federation's space).
+#: "fallback" = local because no usable broadcast (none yet, or the federation's privacy budget
+#: is exhausted), "outside" = not the federation's space).
 MODE_ATTR = "fedbo:mode"
 #: Trial system attribute: the broadcast round a "federated" trial used.
 BROADCAST_ROUND_ATTR = "fedbo:broadcast_round"
@@ -64,6 +65,11 @@ class FedThompsonSampler(BaseSampler):
     The participant's trials stay in its own study; only ``omega`` leaves it. Asynchronous by
     default (each trial uses the newest broadcast it can read); ``synchronous=True`` waits, before
     each BO iteration, for the broadcast of the round its last upload went to.
+
+    Under differential privacy with an epsilon budget, once the server has stopped for the
+    budget (:attr:`budget_exhausted`) the participant neither waits nor uploads any more, and
+    every BO iteration is local Thompson sampling (the DP-FTS-DE paper's footnote 13): no
+    further privacy is spent. A warning is logged once.
 
     Args:
         federation: The federation to take part in (FTS protocol).
@@ -139,11 +145,29 @@ class FedThompsonSampler(BaseSampler):
         self._last_upload_round: int | None = None
         self._own_digests: dict[int, str] = {}
         self._warned_conflicts: set[str] = set()
+        self._warned_exhausted = False
 
     @property
     def client_id(self) -> str:
         """This participant's id."""
         return self.participant.client_id
+
+    @property
+    def budget_exhausted(self) -> bool:
+        """Whether the federation's privacy budget is exhausted (no more broadcasts)."""
+        try:
+            record = self.federation.budget_exhausted()
+        except Exception:
+            _logger.debug("Could not read the federation's budget state.", exc_info=True)
+            return False
+        if record is not None and not self._warned_exhausted:
+            self._warned_exhausted = True
+            _logger.warning(
+                f"{self.client_id}: the privacy budget of federation {self.federation.name!r} "
+                f"is exhausted (round {record.get('round')} was not published); continuing "
+                "with local Thompson sampling."
+            )
+        return record is not None
 
     @property
     def last_upload_round(self) -> int | None:
@@ -224,6 +248,8 @@ class FedThompsonSampler(BaseSampler):
         iteration = n_observed - self._fts.n_init + 1
         if self._rng.uniform() <= local_probability(self._schedule, iteration):
             return self._local_step(study, trial, posterior, "local")
+        if self.budget_exhausted:
+            return self._local_step(study, trial, posterior, "fallback")
         try:
             broadcast = self.federation.latest_broadcast()
         except Exception:
@@ -374,13 +400,13 @@ class FedThompsonSampler(BaseSampler):
             with self._lock:
                 self._observations.update(study)
                 initializing = self._observations.count < self._fts.n_init
-            if initializing:
+            if initializing or self.budget_exhausted:
                 return
             target = self._last_upload_round
             broadcast = self.federation.wait_for_round(
                 target, self._sync_timeout, self._poll_interval
             )
-            if broadcast is None:
+            if broadcast is None and not self.budget_exhausted:
                 _logger.warning(
                     f"{self.client_id}: no broadcast for round {target} after "
                     f"{self._sync_timeout} s; continuing with the newest one."
@@ -401,9 +427,13 @@ class FedThompsonSampler(BaseSampler):
         with self._lock:
             self._modes.pop(trial._trial_id, None)
             self._points.pop(trial._trial_id, None)
+        if self.budget_exhausted:
+            return  # nothing will be published any more: nothing leaves the participant
         try:
             self._upload(study, trial, state, values)
         except Exception:
+            if self.budget_exhausted:  # exhausted while uploading
+                return
             _logger.warning(
                 f"{self.client_id}: the upload after trial {trial.number} failed; the study "
                 "continues without it.",

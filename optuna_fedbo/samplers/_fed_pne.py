@@ -1,0 +1,447 @@
+"""Fed-PNE: the participant of federated phased node elimination (Algorithms 1 and 3)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+import math
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.samplers import BaseSampler
+from optuna.samplers import RandomSampler
+from optuna.samplers._base import _INDEPENDENT_SAMPLING_WARNING_TEMPLATE
+from optuna.study import Study
+from optuna.trial import FrozenTrial
+from optuna.trial import TrialState
+
+from optuna_fedbo.core.fedpne import FederatedDPGuarantee
+from optuna_fedbo.core.fedpne import local_node_means
+from optuna_fedbo.core.fedpne import Phase
+from optuna_fedbo.federation.federation import Federation
+from optuna_fedbo.federation.fedpne_channel import FedPNEChannel
+from optuna_fedbo.federation.fedpne_channel import FedPNEStatus
+
+_logger = optuna.logging.get_logger(__name__)
+
+#: Trial system attribute: how the trial's point was chosen: ``"pull"`` (a pull of the current
+#: phase), ``"exploit"`` (after the horizon: the best node), ``"timeout"`` (the best node while
+#: waiting too long for a phase, with ``on_timeout="best"``), ``"enqueued"`` (parameters fixed by
+#: ``enqueue_trial``: not a pull).
+MODE_ATTR = "fedbo:mode"
+CONFIG_ATTR = "fedpne:config"
+PHASE_ATTR = "fedpne:phase"
+SLOT_ATTR = "fedpne:slot"
+NODE_ATTR = "fedpne:node"
+REWARD_ATTR = "fedpne:reward"
+CLIPPED_ATTR = "fedpne:clipped"
+
+ON_TIMEOUT = ("raise", "best")
+
+
+class FedPNEPhaseTimeout(RuntimeError):
+    """The next Fed-PNE phase was not published in time (the message says who is missing)."""
+
+
+class FedPNESampler(BaseSampler):
+    """A participant of Fed-PNE / DP-Fed-PNE over a :class:`~optuna_fedbo.Federation`.
+
+    Each completed trial is one *pull* of Algorithm 1: the sampler gives the trial the
+    representative point (the centre, by default) of the next pending node of the current
+    phase, each node of ``K^p`` ``t`` times in a row, in index order. The objective value is
+    rescaled to a reward in ``[0, 1]`` from the federation's ``value_range`` and the study's
+    direction (values outside are clipped and counted: :attr:`n_clipped`, a warning, and the
+    trial attribute ``fedpne:clipped``). When the participant's pulls of the phase are done,
+    ``after_trial`` averages the rewards per node (adding ``N(0, sigma^2)`` to each reward first
+    under DP-Fed-PNE, from OS entropy) and uploads the node means; errors there are logged, never
+    raised into ``study.optimize``. The next trial waits for the server to publish the next
+    phase (``phase_timeout``). After the horizon ``T`` the sampler keeps evaluating the best node
+    (the paper's ``K^p`` never shrinks to one node before the horizon: every survivor has ``k``
+    children). Only the node means leave the study; the trials stay in it.
+
+    Pulls are counted from the study itself (trial attributes ``fedpne:phase``,
+    ``fedpne:slot``, ``fedpne:node``): a failed or pruned trial is not a pull and its node is
+    pulled again, and a participant restarted with the same study (same storage) resumes the
+    phase where it stopped; an upload already in the open round is never sent twice. Trials
+    whose federation parameters were fixed by ``enqueue_trial`` are not pulls.
+
+    Search space: every parameter of the federation's search space that the objective suggests
+    must use exactly the federation's distribution (a different one raises ``ValueError``: a
+    pull must evaluate the node's point); parameters outside it are sampled by
+    ``independent_sampler`` (with Optuna's usual warning). Objectives that ignore a federation
+    parameter are fine (a function constant in it).
+
+    Args:
+        federation: A federation created with ``protocol=FedPNEConfig(...)``.
+        client_id: This participant's id; it joins the federation on construction.
+        phase_timeout: Longest wait (seconds) for the next phase; ``None`` waits forever.
+        on_timeout: ``"raise"`` (default): the trial fails with :class:`FedPNEPhaseTimeout`,
+            whose message names the missing participants (resume the study later: nothing is
+            lost); ``"best"``: evaluate the current best node (not a pull) and wait again at
+            the next trial.
+        poll_interval: Seconds between storage reads while waiting.
+        independent_sampler: Sampler for parameters outside the federation's search space.
+        warn_independent_sampling: Warn when such a parameter is sampled independently.
+        seed: Seed of this participant's own randomness (uniform representative points and the
+            independent sampler). DP noise never depends on it.
+    """
+
+    def __init__(
+        self,
+        federation: Federation,
+        client_id: str,
+        *,
+        phase_timeout: float | None = 3600.0,
+        on_timeout: str = "raise",
+        poll_interval: float = 0.25,
+        independent_sampler: BaseSampler | None = None,
+        warn_independent_sampling: bool = True,
+        seed: int | None = None,
+    ) -> None:
+        if phase_timeout is not None and not phase_timeout >= 0:
+            raise ValueError(f"phase_timeout must be None or >= 0, got {phase_timeout!r}.")
+        if on_timeout not in ON_TIMEOUT:
+            raise ValueError(f"on_timeout must be one of {ON_TIMEOUT}, got {on_timeout!r}.")
+        if not poll_interval > 0:
+            raise ValueError(f"poll_interval must be > 0, got {poll_interval!r}.")
+        self.channel = FedPNEChannel(federation)
+        self.federation = federation
+        self.participant = federation.join(client_id)
+        self._config = self.channel.config
+        self._tag = federation.config_hash[:16]
+        self._space = federation.search_space
+        self._phase_timeout = phase_timeout
+        self._on_timeout = on_timeout
+        self._poll_interval = poll_interval
+        self._rng = np.random.default_rng(seed)
+        self._independent_sampler = independent_sampler or RandomSampler(seed=seed)
+        self._warn_independent_sampling = warn_independent_sampling
+        self._lock = threading.RLock()
+        self._points: dict[int, dict[str, Any]] = {}
+        self._inflight: dict[int, tuple[int, int]] = {}
+        self._uploaded: set[int] = set()
+        self._completed: dict[tuple[int, int], dict[int, float]] = {}
+        self._n_clipped = 0
+        guarantee = self.privacy_guarantee
+        if guarantee is not None:
+            _logger.info(f"{client_id}: {guarantee.description}")
+
+    # ------------------------------------------------------------------------ accessors
+    @property
+    def client_id(self) -> str:
+        """This participant's id."""
+        return self.participant.client_id
+
+    @property
+    def n_clipped(self) -> int:
+        """Objective values outside ``value_range`` seen by this sampler object (clipped)."""
+        return self._n_clipped
+
+    @property
+    def privacy_guarantee(self) -> FederatedDPGuarantee | None:
+        """The ``(epsilon, delta, M)``-federated DP guarantee of DP-Fed-PNE, or ``None``."""
+        return self._config.guarantee(self.federation.n_clients)
+
+    def recommended_params(self) -> dict[str, Any]:
+        """The centre of the current best node ``(h^p, i^p)`` (the root before any close)."""
+        return self.channel.recommended_params()
+
+    def status(self) -> FedPNEStatus:
+        """The federation's phase, who is missing, the best node."""
+        return self.channel.status()
+
+    def reseed_rng(self) -> None:
+        self._rng = np.random.default_rng()
+        self._independent_sampler.reseed_rng()
+
+    # --------------------------------------------------------------------- sampling
+    def infer_relative_search_space(
+        self, study: Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
+        # The point of a trial is dictated by the protocol; every federation parameter is
+        # served from it by sample_independent.
+        return {}
+
+    def sample_relative(
+        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        if study._is_multi_objective():
+            raise ValueError("FedPNESampler supports single-objective studies only.")
+        return {}
+
+    def sample_independent(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        param_name: str,
+        param_distribution: BaseDistribution,
+    ) -> Any:
+        if study._is_multi_objective():
+            raise ValueError("FedPNESampler supports single-objective studies only.")
+        expected = self._space.get(param_name)
+        if expected is not None:
+            if param_distribution != expected:
+                raise ValueError(
+                    f"Parameter {param_name!r} is suggested with {param_distribution}, but "
+                    f"Fed-PNE federation {self.federation.name!r} defines it as {expected}. A "
+                    "pull must evaluate the node's point: suggest the federation's search "
+                    "space exactly."
+                )
+            return self._point(study, trial)[param_name]
+        if self._warn_independent_sampling:
+            _logger.warning(
+                _INDEPENDENT_SAMPLING_WARNING_TEMPLATE.format(
+                    param_name=param_name,
+                    trial_number=trial.number,
+                    independent_sampler_name=type(self._independent_sampler).__name__,
+                    sampler_name=type(self).__name__,
+                    fallback_reason=(
+                        "the parameter is not in the search space of federation "
+                        f"{self.federation.name!r}"
+                    ),
+                )
+            )
+        return self._independent_sampler.sample_independent(
+            study, trial, param_name, param_distribution
+        )
+
+    def _point(self, study: Study, trial: FrozenTrial) -> dict[str, Any]:
+        """This trial's parameters (chosen once, at its first federation parameter)."""
+        with self._lock:
+            cached = self._points.get(trial._trial_id)
+        if cached is not None:
+            return cached
+        params = self._choose(study, trial)
+        with self._lock:
+            self._points[trial._trial_id] = params
+        return params
+
+    def _choose(self, study: Study, trial: FrozenTrial) -> dict[str, Any]:
+        fixed = trial.system_attrs.get("fixed_params") or {}
+        if any(name in self._space for name in fixed):
+            self._record(study, trial, {MODE_ATTR: "enqueued"})
+            return self.channel.recommended_params()
+        started = time.monotonic()
+        announced = 0
+        while True:
+            view = self.channel.view()
+            phase = view.phase
+            with self._lock:
+                done = self._done_slots(study, phase)
+                busy = {s for p, s in self._inflight.values() if p == phase.index}
+                free = [k for k in range(phase.budget) if k not in done and k not in busy]
+                if free:
+                    slot = free[0]
+                    self._inflight[trial._trial_id] = (phase.index, slot)
+            if free:
+                return self._pull(study, trial, phase, slot)
+            if phase.final:
+                self._record(study, trial, {MODE_ATTR: "exploit"})
+                return self.channel.centre(view.best)
+            if len(done) == phase.budget:
+                self._ensure_uploaded(study, phase, done)
+            waited = time.monotonic() - started
+            if self._phase_timeout is not None and waited >= self._phase_timeout:
+                if self._on_timeout == "best":
+                    _logger.warning(self._timeout_message(phase, waited, raising=False))
+                    self._record(study, trial, {MODE_ATTR: "timeout"})
+                    return self.channel.centre(view.best)
+                raise FedPNEPhaseTimeout(self._timeout_message(phase, waited, raising=True))
+            if announced != phase.index:
+                announced = phase.index
+                _logger.info(
+                    f"{self.client_id}: pulls of phase {phase.index} done; waiting for phase "
+                    f"{phase.index + 1} of {self.federation.name!r}."
+                )
+            time.sleep(self._poll_interval)
+
+    def _pull(self, study: Study, trial: FrozenTrial, phase: Phase, slot: int) -> dict[str, Any]:
+        node = phase.schedule()[slot]
+        try:
+            self._record(
+                study,
+                trial,
+                {
+                    MODE_ATTR: "pull",
+                    CONFIG_ATTR: self._tag,
+                    PHASE_ATTR: phase.index,
+                    SLOT_ATTR: slot,
+                    NODE_ATTR: node.key,
+                },
+            )
+            return self.channel.point(node, self._rng)
+        except Exception:
+            with self._lock:
+                self._inflight.pop(trial._trial_id, None)
+            raise
+
+    def _done_slots(self, study: Study, phase: Phase) -> dict[int, float]:
+        """Reward of every completed pull of ``phase`` in the study, by slot (a copy).
+
+        Read from the study's trials the first time a phase is seen (e.g. after a restart),
+        then kept up to date by ``after_trial``.
+        """
+        key = (study._study_id, phase.index)
+        with self._lock:
+            known = self._completed.get(key)
+            if known is None:
+                known = self._read_done_slots(study, phase)
+                self._completed = {k: v for k, v in self._completed.items() if k[0] != key[0]}
+                self._completed[key] = known
+            return dict(known)
+
+    def _read_done_slots(self, study: Study, phase: Phase) -> dict[int, float]:
+        schedule = phase.schedule()
+        done: dict[int, float] = {}
+        trials = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,), use_cache=False)
+        for t in sorted(trials, key=lambda t: t.number):
+            attrs = t.system_attrs
+            if attrs.get(CONFIG_ATTR) != self._tag or attrs.get(PHASE_ATTR) != phase.index:
+                continue
+            slot = attrs.get(SLOT_ATTR)
+            if not isinstance(slot, int) or not 0 <= slot < phase.budget or slot in done:
+                continue
+            if attrs.get(NODE_ATTR) != schedule[slot].key or t.value is None:
+                continue
+            done[slot] = self._config.reward(t.value, study.direction)[0]
+        return done
+
+    def _record(self, study: Study, trial: FrozenTrial, attrs: dict[str, Any]) -> None:
+        storage = study._storage
+        for key, value in attrs.items():
+            storage.set_trial_system_attr(trial._trial_id, key, value)
+
+    def _timeout_message(self, phase: Phase, waited: float, *, raising: bool) -> str:
+        try:
+            status = self.channel.status()
+            missing = list(status.missing)
+            if status.not_joined:
+                missing.append(f"{status.not_joined} participant(s) not joined yet")
+            server = status.server
+            seen = (
+                "never seen"
+                if server is None
+                else f"last seen {time.time() - float(server.get('heartbeat', 0.0)):.0f} s ago"
+            )
+        except Exception:
+            missing, seen = ["(unknown: the status could not be read)"], "unknown"
+        text = (
+            f"{self.client_id}: phase {phase.index + 1} of Fed-PNE federation "
+            f"{self.federation.name!r} was not published within {waited:.0f} s. Phase "
+            f"{phase.index} still waits for {missing}; the server was {seen} (is "
+            f"`optuna-fedbo serve --name {self.federation.name}` running?). "
+        )
+        if raising:
+            text += (
+                "Completed pulls and uploaded means are kept: resume the study later, or use "
+                "phase_timeout=None to wait indefinitely, or on_timeout='best' to evaluate the "
+                "current best node meanwhile."
+            )
+        else:
+            text += "Evaluating the current best node meanwhile (not a pull)."
+        return text
+
+    # ------------------------------------------------------------------ trial hooks
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        self._independent_sampler.before_trial(study, trial)
+
+    def after_trial(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        state: TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        self._independent_sampler.after_trial(study, trial, state, values)
+        with self._lock:
+            self._points.pop(trial._trial_id, None)
+            entry = self._inflight.pop(trial._trial_id, None)
+        if entry is None:
+            return
+        try:
+            self._after_pull(study, trial, entry, state, values)
+        except Exception:
+            _logger.warning(
+                f"{self.client_id}: handling the pull of trial {trial.number} failed; the study "
+                "continues (the phase's upload is retried at the next trial).",
+                exc_info=True,
+            )
+
+    def _after_pull(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        entry: tuple[int, int],
+        state: TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        phase_index, slot = entry
+        if (
+            state != TrialState.COMPLETE
+            or values is None
+            or len(values) != 1
+            or not math.isfinite(values[0])
+        ):
+            _logger.debug(
+                f"{self.client_id}: trial {trial.number} ended {state.name}; its node is "
+                "pulled again."
+            )
+            return
+        reward, clipped = self._config.reward(values[0], study.direction)
+        storage = study._storage
+        storage.set_trial_system_attr(trial._trial_id, REWARD_ATTR, reward)
+        if clipped:
+            storage.set_trial_system_attr(trial._trial_id, CLIPPED_ATTR, True)
+            with self._lock:
+                self._n_clipped += 1
+            lo, hi = self._config.value_range
+            _logger.warning(
+                f"{self.client_id}: trial {trial.number}'s value {values[0]!r} lies outside "
+                f"value_range [{lo}, {hi}]; its reward is clipped to {reward} "
+                f"({self._n_clipped} clipped so far)."
+            )
+        view = self.channel.view()
+        phase = view.phase
+        if phase.index != phase_index:
+            _logger.warning(
+                f"{self.client_id}: phase {phase_index} was closed before this participant "
+                f"finished it; its pulls are not uploaded. Continuing with phase {phase.index}."
+            )
+            return
+        # after_trial runs before the trial is stored as complete: add it by hand.
+        with self._lock:
+            done = self._done_slots(study, phase)
+            done[slot] = reward
+            self._completed[(study._study_id, phase.index)] = dict(done)
+        if not phase.final and len(done) == phase.budget:
+            self._ensure_uploaded(study, phase, done)
+
+    def _ensure_uploaded(self, study: Study, phase: Phase, done: dict[int, float]) -> None:
+        """Upload the node means of a completed phase unless they are already in its round."""
+        with self._lock:
+            if phase.index in self._uploaded:
+                return
+            if self.channel.has_uploaded(self.client_id, phase.index):
+                self._uploaded.add(phase.index)
+                return
+            schedule = phase.schedule()
+            nodes = [schedule[k] for k in range(phase.budget)]
+            rewards = [done[k] for k in range(phase.budget)]
+            means = local_node_means(phase, nodes, rewards, privacy=self._config.reward_privacy)
+            sent = self.channel.upload(self.client_id, phase, means)
+            self._uploaded.add(phase.index)
+        if sent:
+            _logger.info(
+                f"{self.client_id}: uploaded {len(means)} node means of phase {phase.index}."
+            )
+        else:
+            _logger.warning(
+                f"{self.client_id}: phase {phase.index} was closed before its upload; the "
+                "means are not sent."
+            )
+
+
+__all__ = ["FedPNEPhaseTimeout", "FedPNESampler"]
