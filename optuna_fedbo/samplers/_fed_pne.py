@@ -13,7 +13,6 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler
 from optuna.samplers import RandomSampler
-from optuna.samplers._base import _INDEPENDENT_SAMPLING_WARNING_TEMPLATE
 from optuna.study import Study
 from optuna.trial import FrozenTrial
 from optuna.trial import TrialState
@@ -24,6 +23,8 @@ from optuna_fedbo.core.fedpne import Phase
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fedpne_channel import FedPNEChannel
 from optuna_fedbo.federation.fedpne_channel import FedPNEStatus
+from optuna_fedbo.samplers._common import check_single_objective
+from optuna_fedbo.samplers._common import sample_independently
 
 _logger = optuna.logging.get_logger(__name__)
 
@@ -168,8 +169,7 @@ class FedPNESampler(BaseSampler):
     def sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
-        if study._is_multi_objective():
-            raise ValueError("FedPNESampler supports single-objective studies only.")
+        check_single_objective(study, self)
         return {}
 
     def sample_independent(
@@ -179,8 +179,7 @@ class FedPNESampler(BaseSampler):
         param_name: str,
         param_distribution: BaseDistribution,
     ) -> Any:
-        if study._is_multi_objective():
-            raise ValueError("FedPNESampler supports single-objective studies only.")
+        check_single_objective(study, self)
         expected = self._space.get(param_name)
         if expected is not None:
             if param_distribution != expected:
@@ -191,21 +190,15 @@ class FedPNESampler(BaseSampler):
                     "space exactly."
                 )
             return self._point(study, trial)[param_name]
-        if self._warn_independent_sampling:
-            _logger.warning(
-                _INDEPENDENT_SAMPLING_WARNING_TEMPLATE.format(
-                    param_name=param_name,
-                    trial_number=trial.number,
-                    independent_sampler_name=type(self._independent_sampler).__name__,
-                    sampler_name=type(self).__name__,
-                    fallback_reason=(
-                        "the parameter is not in the search space of federation "
-                        f"{self.federation.name!r}"
-                    ),
-                )
-            )
-        return self._independent_sampler.sample_independent(
-            study, trial, param_name, param_distribution
+        reason = f"the parameter is not in the search space of federation {self.federation.name!r}"
+        return sample_independently(
+            self,
+            self._independent_sampler,
+            study,
+            trial,
+            param_name,
+            param_distribution,
+            warning_reason=reason if self._warn_independent_sampling else None,
         )
 
     def _point(self, study: Study, trial: FrozenTrial) -> dict[str, Any]:

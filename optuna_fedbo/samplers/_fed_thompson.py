@@ -13,7 +13,6 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler
 from optuna.samplers import RandomSampler
-from optuna.samplers._base import _INDEPENDENT_SAMPLING_WARNING_TEMPLATE
 from optuna.study import Study
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
@@ -29,6 +28,8 @@ from optuna_fedbo.federation.messages import Broadcast
 from optuna_fedbo.federation.schedules import local_probability
 from optuna_fedbo.federation.schedules import resolve_schedule
 from optuna_fedbo.federation.schedules import Schedule
+from optuna_fedbo.samplers._common import check_single_objective
+from optuna_fedbo.samplers._common import sample_independently
 from optuna_fedbo.samplers._observations import TrialObservations
 from optuna_fedbo.samplers._rff_thompson import RFFThompsonSampler
 
@@ -211,8 +212,7 @@ class FedThompsonSampler(BaseSampler):
     def sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
-        if study._is_multi_objective():
-            raise ValueError("FedThompsonSampler supports single-objective studies only.")
+        check_single_objective(study, self)
         if search_space == {}:
             return {}
         if any(self._space.get(name) != d for name, d in search_space.items()):
@@ -360,8 +360,7 @@ class FedThompsonSampler(BaseSampler):
         param_name: str,
         param_distribution: BaseDistribution,
     ) -> Any:
-        if study._is_multi_objective():
-            raise ValueError("FedThompsonSampler supports single-objective studies only.")
+        check_single_objective(study, self)
         if self._space.get(param_name) == param_distribution:
             point = self._point(study, trial)
             if param_name in point:
@@ -372,21 +371,16 @@ class FedThompsonSampler(BaseSampler):
             return self._local_sampler.sample_independent(
                 study, trial, param_name, param_distribution
             )
-        if self._warn_independent_sampling and param_name not in self._space:
-            _logger.warning(
-                _INDEPENDENT_SAMPLING_WARNING_TEMPLATE.format(
-                    param_name=param_name,
-                    trial_number=trial.number,
-                    independent_sampler_name=type(self._independent_sampler).__name__,
-                    sampler_name=type(self).__name__,
-                    fallback_reason=(
-                        f"the parameter is not in the search space of federation "
-                        f"{self.federation.name!r}"
-                    ),
-                )
-            )
-        return self._independent_sampler.sample_independent(
-            study, trial, param_name, param_distribution
+        warn = self._warn_independent_sampling and param_name not in self._space
+        reason = f"the parameter is not in the search space of federation {self.federation.name!r}"
+        return sample_independently(
+            self,
+            self._independent_sampler,
+            study,
+            trial,
+            param_name,
+            param_distribution,
+            warning_reason=reason if warn else None,
         )
 
     # ------------------------------------------------------------------ trial hooks

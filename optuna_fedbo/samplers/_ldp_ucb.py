@@ -25,7 +25,6 @@ from optuna.distributions import BaseDistribution
 from optuna.distributions import distribution_to_json
 from optuna.samplers import BaseSampler
 from optuna.samplers import RandomSampler
-from optuna.samplers._base import _INDEPENDENT_SAMPLING_WARNING_TEMPLATE
 from optuna.search_space import IntersectionSearchSpace
 from optuna.study import Study
 from optuna.study import StudyDirection
@@ -44,6 +43,8 @@ from optuna_fedbo.core.ldp.parameters import LaplaceRewards
 from optuna_fedbo.core.ldp.parameters import RewardModel
 from optuna_fedbo.core.ldp.tgp import TGPUCB
 from optuna_fedbo.core.space import Dimension
+from optuna_fedbo.samplers._common import check_single_objective
+from optuna_fedbo.samplers._common import sample_independently
 from optuna_fedbo.search_space import SearchSpaceEncoder
 
 _logger = optuna.logging.get_logger(__name__)
@@ -264,7 +265,7 @@ class LDPUCBSampler(BaseSampler):
     def sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
-        _check_single_objective(study)
+        check_single_objective(study, self)
         if search_space == {}:
             return {}
         with self._lock:
@@ -284,26 +285,25 @@ class LDPUCBSampler(BaseSampler):
         param_name: str,
         param_distribution: BaseDistribution,
     ) -> Any:
-        _check_single_objective(study)
+        check_single_objective(study, self)
+        reason = None
         if self._warn_independent_sampling:
             completed = study._get_trials(
                 deepcopy=False, states=(TrialState.COMPLETE,), use_cache=True
             )
             if len(completed) > 0:
-                _logger.warning(
-                    _INDEPENDENT_SAMPLING_WARNING_TEMPLATE.format(
-                        param_name=param_name,
-                        trial_number=trial.number,
-                        independent_sampler_name=type(self._independent_sampler).__name__,
-                        sampler_name=type(self).__name__,
-                        fallback_reason=(
-                            "the parameter is not in the relative search space (a dynamic "
-                            "search space, or the first trial)"
-                        ),
-                    )
+                reason = (
+                    "the parameter is not in the relative search space (a dynamic search space, "
+                    "or the first trial)"
                 )
-        return self._independent_sampler.sample_independent(
-            study, trial, param_name, param_distribution
+        return sample_independently(
+            self,
+            self._independent_sampler,
+            study,
+            trial,
+            param_name,
+            param_distribution,
+            warning_reason=reason,
         )
 
     def before_trial(self, study: Study, trial: FrozenTrial) -> None:
@@ -587,8 +587,3 @@ def _finite_grid(encoder: SearchSpaceEncoder, max_size: int) -> np.ndarray | Non
 
 def _verb(direction: StudyDirection) -> str:
     return "maximize" if direction == StudyDirection.MAXIMIZE else "minimize"
-
-
-def _check_single_objective(study: Study) -> None:
-    if study._is_multi_objective():
-        raise ValueError("LDPUCBSampler supports single-objective studies only.")

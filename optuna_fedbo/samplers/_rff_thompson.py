@@ -10,7 +10,6 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler
 from optuna.samplers import RandomSampler
-from optuna.samplers._base import _INDEPENDENT_SAMPLING_WARNING_TEMPLATE
 from optuna.search_space import IntersectionSearchSpace
 from optuna.study import Study
 from optuna.trial import FrozenTrial
@@ -20,6 +19,8 @@ from optuna_fedbo.core.acquisition import LinearAcquisition
 from optuna_fedbo.core.acquisition import maximize
 from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.rff import RandomFourierFeatures
+from optuna_fedbo.samplers._common import check_single_objective
+from optuna_fedbo.samplers._common import sample_independently
 from optuna_fedbo.samplers._observations import TrialObservations
 from optuna_fedbo.search_space import SearchSpaceEncoder
 
@@ -134,7 +135,7 @@ class RFFThompsonSampler(BaseSampler):
     def sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
-        _check_single_objective(study)
+        check_single_objective(study, self)
         if search_space == {}:
             return {}
         observations = self._observations_for(search_space)
@@ -161,26 +162,25 @@ class RFFThompsonSampler(BaseSampler):
         param_name: str,
         param_distribution: BaseDistribution,
     ) -> Any:
-        _check_single_objective(study)
+        check_single_objective(study, self)
+        reason = None
         if self._warn_independent_sampling:
             completed = study._get_trials(
                 deepcopy=False, states=(TrialState.COMPLETE,), use_cache=True
             )
             if len(completed) >= self._n_startup_trials:
-                _logger.warning(
-                    _INDEPENDENT_SAMPLING_WARNING_TEMPLATE.format(
-                        param_name=param_name,
-                        trial_number=trial.number,
-                        independent_sampler_name=type(self._independent_sampler).__name__,
-                        sampler_name=type(self).__name__,
-                        fallback_reason=(
-                            "the parameter is not in the relative search space (a dynamic "
-                            "search space, or the first trial)"
-                        ),
-                    )
+                reason = (
+                    "the parameter is not in the relative search space (a dynamic search space, "
+                    "or the first trial)"
                 )
-        return self._independent_sampler.sample_independent(
-            study, trial, param_name, param_distribution
+        return sample_independently(
+            self,
+            self._independent_sampler,
+            study,
+            trial,
+            param_name,
+            param_distribution,
+            warning_reason=reason,
         )
 
     def before_trial(self, study: Study, trial: FrozenTrial) -> None:
@@ -239,8 +239,3 @@ class RFFThompsonSampler(BaseSampler):
         return observations.feature_maps[index], observations.statistics[index].posterior(
             noise_variance
         )
-
-
-def _check_single_objective(study: Study) -> None:
-    if study._is_multi_objective():
-        raise ValueError("RFFThompsonSampler supports single-objective studies only.")
