@@ -53,6 +53,7 @@ from optuna_fedbo.core.fedpne import FedPNEServerState
 from optuna_fedbo.core.fedpne import Phase
 from optuna_fedbo.core.fedpne import PhaseReport
 from optuna_fedbo.federation._codec import canonical_json
+from optuna_fedbo.federation._polling import poll_rounds
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fedpne_channel import FedPNEChannel
 from optuna_fedbo.federation.fedpne_messages import encode_phase_broadcast
@@ -459,53 +460,47 @@ class FedPNEServer(FederationServer):
         Returns:
             The reports of the rounds published by this call.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        reports: list[PhaseRoundReport] = []
-        errors = 0
         last_log = time.monotonic()
         _logger.info(
             f"Serving Fed-PNE federation {self.federation.name!r} from phase {self.phase.index}."
         )
-        try:
-            while not self.finished:
-                if max_rounds is not None and self.open_round >= max_rounds:
-                    break
-                if stop is not None and stop.is_set():
-                    break
-                if deadline is not None and time.monotonic() >= deadline:
-                    break
-                try:
-                    report = self.step()
-                    errors = 0
-                except Exception:
-                    errors += 1
-                    if errors >= max_consecutive_errors:
-                        raise
-                    _logger.warning("Server step failed; reloading state.", exc_info=True)
-                    time.sleep(poll_interval)
-                    with self._lock:
-                        self._recover()
-                    continue
-                if report is not None:
-                    reports.append(report)
-                    if callback is not None:
-                        callback(report)
-                    last_log = time.monotonic()
-                    continue
-                if time.monotonic() - last_log >= log_interval:
-                    last_log = time.monotonic()
-                    status = self.channel.status()
-                    _logger.info(
-                        f"Phase {status.phase.index} waits for {list(status.missing)}"
-                        + (f" and {status.not_joined} not joined" if status.not_joined else "")
-                        + "."
-                    )
-                if stop is not None:
-                    stop.wait(poll_interval)
-                else:
-                    time.sleep(poll_interval)
-        except KeyboardInterrupt:
-            _logger.info("Server interrupted.")
+
+        def recover() -> None:
+            with self._lock:
+                self._recover()
+
+        def log_missing() -> None:
+            nonlocal last_log
+            if time.monotonic() - last_log < log_interval:
+                return
+            last_log = time.monotonic()
+            status = self.channel.status()
+            _logger.info(
+                f"Phase {status.phase.index} waits for {list(status.missing)}"
+                + (f" and {status.not_joined} not joined" if status.not_joined else "")
+                + "."
+            )
+
+        def step() -> PhaseRoundReport | None:
+            nonlocal last_log
+            report = self.step()
+            if report is not None:
+                last_log = time.monotonic()
+            return report
+
+        reports = poll_rounds(
+            step,
+            recover,
+            done=lambda: (
+                self.finished or (max_rounds is not None and self.open_round >= max_rounds)
+            ),
+            poll_interval=poll_interval,
+            timeout=timeout,
+            stop=stop,
+            callback=callback,
+            max_consecutive_errors=max_consecutive_errors,
+            on_idle=log_missing,
+        )
         if self.finished:
             _logger.info(
                 f"Fed-PNE federation {self.federation.name!r} reached its horizon: phase "

@@ -46,6 +46,7 @@ from optuna.trial import TrialState
 
 from optuna_fedbo.core.weights import subregion_weights
 from optuna_fedbo.core.weights import WeightSchedule
+from optuna_fedbo.federation._polling import poll_rounds
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.ledger import LedgerEntry
 from optuna_fedbo.federation.ledger import PrivacyLedger
@@ -521,41 +522,22 @@ class FederationServer:
             The reports of the rounds published by this call (and of the round refused for
             the privacy budget, if that happened).
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        reports: list[RoundReport] = []
-        errors = 0
         _logger.info(f"Serving federation {self.federation.name!r} from round {self.open_round}.")
-        try:
-            while True:
-                if self._exhausted is not None:
-                    break
-                if max_rounds is not None and self.open_round >= max_rounds:
-                    break
-                if stop is not None and stop.is_set():
-                    break
-                if deadline is not None and time.monotonic() >= deadline:
-                    break
-                try:
-                    report = self.step()
-                    errors = 0
-                except Exception:
-                    errors += 1
-                    if errors >= max_consecutive_errors:
-                        raise
-                    _logger.warning("Server step failed; reloading state.", exc_info=True)
-                    time.sleep(poll_interval)
-                    with self._lock:
-                        self._recover()
-                    continue
-                if report is not None:
-                    reports.append(report)
-                    if callback is not None:
-                        callback(report)
-                    continue
-                if stop is not None:
-                    stop.wait(poll_interval)
-                else:
-                    time.sleep(poll_interval)
-        except KeyboardInterrupt:
-            _logger.info("Server interrupted.")
-        return reports
+
+        def recover() -> None:
+            with self._lock:
+                self._recover()
+
+        return poll_rounds(
+            self.step,
+            recover,
+            done=lambda: (
+                self._exhausted is not None
+                or (max_rounds is not None and self.open_round >= max_rounds)
+            ),
+            poll_interval=poll_interval,
+            timeout=timeout,
+            stop=stop,
+            callback=callback,
+            max_consecutive_errors=max_consecutive_errors,
+        )

@@ -1,0 +1,79 @@
+"""The poll loop both servers (FTS rounds, Fed-PNE phases) run in ``serve()``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+import threading
+import time
+from typing import TypeVar
+
+import optuna
+
+_logger = optuna.logging.get_logger(__name__)
+
+Report = TypeVar("Report")
+
+
+def poll_rounds(
+    step: Callable[[], Report | None],
+    recover: Callable[[], None],
+    *,
+    done: Callable[[], bool],
+    poll_interval: float,
+    timeout: float | None,
+    stop: threading.Event | None,
+    callback: Callable[[Report], None] | None,
+    max_consecutive_errors: int,
+    on_idle: Callable[[], None] | None = None,
+) -> list[Report]:
+    """Call ``step`` until ``done()``, the timeout, ``stop`` or Ctrl-C; collect its reports.
+
+    Args:
+        step: Closes the open round if it can; returns its report, or ``None`` if not yet.
+        recover: Reloads the server's state from storage after a failed step.
+        done: Whether serving is over (checked before every step).
+        poll_interval: Seconds between polls when nothing happened.
+        timeout: Stop after this many seconds (``None``: no limit).
+        stop: Stop when this event is set.
+        callback: Called with each report.
+        max_consecutive_errors: Failed steps in a row tolerated (each logged, then ``recover``)
+            before the error is raised.
+        on_idle: Called after every poll that closed nothing (e.g. to log who is missing).
+
+    Returns:
+        The reports, in order.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    reports: list[Report] = []
+    errors = 0
+    try:
+        while not done():
+            if stop is not None and stop.is_set():
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            try:
+                report = step()
+                errors = 0
+            except Exception:
+                errors += 1
+                if errors >= max_consecutive_errors:
+                    raise
+                _logger.warning("Server step failed; reloading state.", exc_info=True)
+                time.sleep(poll_interval)
+                recover()
+                continue
+            if report is not None:
+                reports.append(report)
+                if callback is not None:
+                    callback(report)
+                continue
+            if on_idle is not None:
+                on_idle()
+            if stop is not None:
+                stop.wait(poll_interval)
+            else:
+                time.sleep(poll_interval)
+    except KeyboardInterrupt:
+        _logger.info("Server interrupted.")
+    return reports
