@@ -471,3 +471,11 @@ def test_cli_create_serve_and_status(tmp_path, capsys) -> None:
 def _upload_all_ids(fed: Federation, ids: list[str]) -> None:
     for i, client in enumerate(ids):
         fed.upload(client, _omega(i), n_observations=3, iteration=0)
+
+
+def test_status_text_counts_participants_not_joined_yet() -> None:
+    fed = Federation.create("f", search_space=SPACE, n_clients=3)
+    fed.join("a")
+    text = fed.status().format()
+    assert "1 of 3 joined" in text
+    assert "missing        1: a (and 2 not joined yet)" in text

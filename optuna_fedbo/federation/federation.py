@@ -127,6 +127,9 @@ class FederationStatus:
             f"uploaded       {len(self.uploaded)}: {', '.join(self.uploaded) or '-'}",
             f"missing        {len(self.missing)}: {', '.join(self.missing) or '-'}",
         ]
+        not_joined = self.n_clients - len(self.participants)
+        if not_joined:
+            lines[-1] += f" (and {not_joined} not joined yet)"
         if self.server is None:
             lines.append("server         never seen")
         else:
