@@ -54,11 +54,11 @@ from optuna_fedbo.core.fedpne import Phase
 from optuna_fedbo.core.fedpne import PhaseReport
 from optuna_fedbo.federation._codec import canonical_json
 from optuna_fedbo.federation._polling import poll_rounds
+from optuna_fedbo.federation._uploads import UploadCollector
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fedpne_channel import FedPNEChannel
 from optuna_fedbo.federation.fedpne_messages import encode_phase_broadcast
 from optuna_fedbo.federation.fedpne_messages import parse_means_upload
-from optuna_fedbo.federation.messages import UploadRejected
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
 from optuna_fedbo.federation.store import FederationStore
@@ -176,9 +176,9 @@ class FedPNEServer(FederationServer):
         self._discard = discard_uploads
         self._heartbeat_interval = heartbeat_interval
         self._lock = threading.RLock()
-        self._parsed: dict[str, tuple[str, dict[str, float] | UploadRejected]] = {}
-        self._logged: set[tuple[int, str, str]] = set()
-        self._first_seen: float | None = None
+        self._uploads: UploadCollector[dict[str, float]] = UploadCollector(
+            lambda client_id: federation.index_of(client_id) is not None
+        )
         self._last_heartbeat = float("-inf")
         self._open = 0
         self._state: dict[str, Any] = {}
@@ -252,8 +252,7 @@ class FedPNEServer(FederationServer):
         self._reset_round()
 
     def _reset_round(self) -> None:
-        self._parsed.clear()
-        self._first_seen = None
+        self._uploads.reset()
 
     # ----------------------------------------------------------------------- the state
     @property
@@ -326,41 +325,18 @@ class FedPNEServer(FederationServer):
     def _collect(
         self, round_index: int, phase: Phase
     ) -> tuple[dict[str, dict[str, float]], tuple[tuple[str, str], ...]]:
-        raw = self._store.read_uploads(round_index)
-        valid: dict[str, dict[str, float]] = {}
-        rejected: list[tuple[str, str]] = []
-        for client_id, text in sorted(raw.items()):
-            cached = self._parsed.get(client_id)
-            if cached is not None and cached[0] == text:
-                outcome = cached[1]
-            else:
-                try:
-                    if self.federation.index_of(client_id) is None:
-                        raise UploadRejected("unknown participant (not in the roster)")
-                    outcome = parse_means_upload(
-                        text,
-                        client_id=client_id,
-                        round_index=round_index,
-                        config_hash=self.federation.config_hash,
-                        phase=phase,
-                    )
-                except UploadRejected as error:
-                    outcome = error
-                self._parsed[client_id] = (text, outcome)
-            if not isinstance(outcome, UploadRejected):
-                valid[client_id] = outcome
-                continue
-            rejected.append((client_id, str(outcome)))
-            key = (round_index, client_id, str(outcome))
-            if key not in self._logged:
-                self._logged.add(key)
-                _logger.warning(
-                    f"Rejected the upload of {client_id!r} in round {round_index} "
-                    f"(phase {phase.index}): {outcome}."
-                )
-        if valid and self._first_seen is None:
-            self._first_seen = time.monotonic()
-        return valid, tuple(rejected)
+        def parse(client_id: str, text: str) -> dict[str, float]:
+            return parse_means_upload(
+                text,
+                client_id=client_id,
+                round_index=round_index,
+                config_hash=self.federation.config_hash,
+                phase=phase,
+            )
+
+        return self._uploads.collect(
+            self._store.read_uploads(round_index), round_index, parse, f" (phase {phase.index})"
+        )
 
     def _closing_reason(self, uploads: dict[str, dict[str, float]], force: bool) -> str | None:
         if not uploads:
@@ -371,9 +347,9 @@ class FedPNEServer(FederationServer):
             return "forced"
         if (
             self._round_timeout is not None
-            and self._first_seen is not None
+            and self._uploads.first_seen is not None
             and len(uploads) >= self._min_uploads
-            and time.monotonic() - self._first_seen >= self._round_timeout
+            and time.monotonic() - self._uploads.first_seen >= self._round_timeout
         ):
             return "timeout"
         return None

@@ -33,7 +33,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import KW_ONLY
-import hashlib
 import os
 import socket
 import threading
@@ -47,6 +46,7 @@ from optuna.trial import TrialState
 from optuna_fedbo.core.weights import subregion_weights
 from optuna_fedbo.core.weights import WeightSchedule
 from optuna_fedbo.federation._polling import poll_rounds
+from optuna_fedbo.federation._uploads import UploadCollector
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.ledger import LedgerEntry
 from optuna_fedbo.federation.ledger import PrivacyLedger
@@ -54,7 +54,6 @@ from optuna_fedbo.federation.messages import encode_broadcast
 from optuna_fedbo.federation.messages import parse_broadcast
 from optuna_fedbo.federation.messages import parse_upload
 from optuna_fedbo.federation.messages import Upload
-from optuna_fedbo.federation.messages import UploadRejected
 from optuna_fedbo.privacy._gaussian import aggregate
 from optuna_fedbo.privacy._gaussian import AggregationResult
 from optuna_fedbo.privacy._rng import secure_rng
@@ -172,9 +171,9 @@ class FederationServer:
             decay_rounds=fts.weight_decay_rounds,
         )
         self._lock = threading.RLock()
-        self._parsed: dict[str, tuple[str, Upload | UploadRejected]] = {}
-        self._logged: set[tuple[int, str, str]] = set()
-        self._first_seen: float | None = None
+        self._uploads: UploadCollector[Upload] = UploadCollector(
+            lambda client_id: federation.index_of(client_id) is not None
+        )
         self._last_heartbeat = -np.inf
         self._last_published = -1
         self._staged: _Staged | None = None
@@ -222,8 +221,7 @@ class FederationServer:
         self._reset_round()
 
     def _reset_round(self) -> None:
-        self._parsed.clear()
-        self._first_seen = None
+        self._uploads.reset()
 
     # ----------------------------------------------------------------------- the round
     @property
@@ -299,42 +297,22 @@ class FederationServer:
             return self._publish()
 
     def _collect(self, round_index: int) -> tuple[list[Upload], tuple[tuple[str, str], ...]]:
-        raw = self._store.read_uploads(round_index)
         config_hash = self.federation.config_hash
         n_features = self._fts.n_features
-        valid: list[Upload] = []
-        rejected: list[tuple[str, str]] = []
-        for client_id, text in sorted(raw.items()):
-            cached = self._parsed.get(client_id)
-            if cached is not None and cached[0] == text:
-                outcome = cached[1]
-            else:
-                try:
-                    if self.federation.index_of(client_id) is None:
-                        raise UploadRejected("unknown participant (not in the roster)")
-                    outcome = parse_upload(
-                        text,
-                        client_id=client_id,
-                        round_index=round_index,
-                        config_hash=config_hash,
-                        n_features=n_features,
-                    )
-                except UploadRejected as error:
-                    outcome = error
-                self._parsed[client_id] = (text, outcome)
-            if isinstance(outcome, Upload):
-                valid.append(outcome)
-                continue
-            rejected.append((client_id, str(outcome)))
-            text_digest = hashlib.sha256(str(text).encode()).hexdigest()
-            if (round_index, client_id, text_digest) not in self._logged:
-                self._logged.add((round_index, client_id, text_digest))
-                _logger.warning(
-                    f"Rejected the upload of {client_id!r} in round {round_index}: {outcome}."
-                )
-        if valid and self._first_seen is None:
-            self._first_seen = time.monotonic()
-        return valid, tuple(rejected)
+
+        def parse(client_id: str, text: str) -> Upload:
+            return parse_upload(
+                text,
+                client_id=client_id,
+                round_index=round_index,
+                config_hash=config_hash,
+                n_features=n_features,
+            )
+
+        valid, rejected = self._uploads.collect(
+            self._store.read_uploads(round_index), round_index, parse
+        )
+        return list(valid.values()), rejected
 
     def _closing_reason(self, round_index: int, uploads: list[Upload], force: bool) -> str | None:
         if not uploads:
@@ -348,9 +326,9 @@ class FederationServer:
             return "forced"
         if (
             self._round_timeout is not None
-            and self._first_seen is not None
+            and self._uploads.first_seen is not None
             and len(uploads) >= self._min_uploads
-            and time.monotonic() - self._first_seen >= self._round_timeout
+            and time.monotonic() - self._uploads.first_seen >= self._round_timeout
         ):
             return "timeout"
         return None

@@ -608,37 +608,32 @@ def _quiet_fractional_order_warnings() -> Iterator[None]:
             )
 
 
-def _check_noise_multiplier(value: float) -> float:
+def _as_float(name: str, value: float, expected: str) -> float:
+    """``value`` as a Python float (never a numpy scalar), or a ValueError naming ``expected``."""
     if isinstance(value, bool):
-        raise ValueError(f"noise_multiplier must be a positive number, got {value!r}.")
+        raise ValueError(f"{name} must be {expected}, got {value!r}.")
     try:
-        z = float(value)
+        return float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"noise_multiplier must be a positive number, got {value!r}.") from None
+        raise ValueError(f"{name} must be {expected}, got {value!r}.") from None
+
+
+def _check_noise_multiplier(value: float) -> float:
+    z = _as_float("noise_multiplier", value, "a positive number")
     if not (math.isfinite(z) and z > 0):
         raise ValueError(f"noise_multiplier must be positive and finite, got {value!r}.")
     return z
 
 
 def _check_sample_rate(value: float) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"sample_rate must be a number in (0, 1], got {value!r}.")
-    try:
-        q = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"sample_rate must be a number in (0, 1], got {value!r}.") from None
+    q = _as_float("sample_rate", value, "a number in (0, 1]")
     if not 0.0 < q <= 1.0:
         raise ValueError(f"sample_rate must lie in (0, 1], got {value!r}.")
     return q
 
 
 def _check_delta(value: float) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"delta must be a number in (0, 1), got {value!r}.")
-    try:
-        delta = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"delta must be a number in (0, 1), got {value!r}.") from None
+    delta = _as_float("delta", value, "a number in (0, 1)")
     if not 0.0 < delta < 1.0:
         raise ValueError(f"delta must lie in (0, 1), got {value!r}.")
     return delta
