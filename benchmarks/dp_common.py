@@ -9,9 +9,9 @@ and regret curves are imported from there; this module adds the private server.
 Two conventions to keep in mind when reading the epsilons:
 
 - the paper's ``T`` is the number of broadcasts the agents *use*: 40 for 40 BO rounds. The
-  simulation publishes one more (round 0, after the initial designs, and one after each BO
-  round, the last of which nobody uses); the federation's ledger counts every published
-  broadcast, so it reports ``eps(41)``. Tables give both.
+  simulation publishes exactly those (round 0, after the initial designs, and one after each
+  BO round but the last), so the federation's ledger reports ``eps(40)``, the same number as
+  the accountants' column of the same name.
 - ``S`` is ours, not the paper's ``S = 11``: the clip bound is ``S / sqrt(P)`` and the norms of
   our participants' vectors (standardized values, our feature scaling) are about 7 (99th
   percentile 8.7), so ``S = 12.3`` at ``P = 2`` (and ``S = 8.7`` at ``P = 1``) clips about 1% of

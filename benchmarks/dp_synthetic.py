@@ -9,10 +9,10 @@ the OS) at ``q in {0.15, 0.25, 0.5}`` with ``z = 1`` (the paper's Fig. 2c) and
 
 Prints (a) epsilon after ``T = 40`` used broadcasts by the moments accountant (the paper's:
 it must reproduce 5.93 / 9.91 / 20.12 / 7.39 / 5.22), by RDP and by PLD, with the ledger's own
-PLD epsilon (41 published broadcasts) and the fraction of clipped vectors; (b) the simple regret
-(mean +- standard error over agents and seeds) after rounds 0-40; (c) the privacy-utility points
-(epsilon against regret after 40 rounds, the paper's Fig. 3 in the synthetic setting). Saves
-``benchmarks/results/dp_synthetic.{txt,json,png}``.
+PLD epsilon (the same 40 broadcasts, all published) and the fraction of clipped vectors; (b)
+the simple regret (mean +- standard error over agents and seeds) after rounds 0-40; (c) the
+privacy-utility points (epsilon against regret after 40 rounds, the paper's Fig. 3 in the
+synthetic setting). Saves ``benchmarks/results/dp_synthetic.{txt,json,png}``.
 
 Expected (paper): a larger ``q`` or smaller ``z`` gives lower regret and more epsilon; DP-FTS-DE
 beats local TS at single-digit epsilon.
@@ -82,8 +82,8 @@ def main() -> None:
     lines: list[str] = []
     lines.append(
         f"(a) epsilon of DP-FTS-DE (N = {args.agents}, delta = N^-1.1, P = 2, S = {dc.S_DE}): "
-        f"T = {args.rounds} used broadcasts by three accountants; the ledger's PLD epsilon "
-        f"counts all {args.rounds + 1} published"
+        f"T = {args.rounds} used (and published) broadcasts by three accountants and by the "
+        "federation's ledger (PLD)"
     )
     lines.append(
         f"{'q':>5} {'z':>4} {'paper':>7} {'moments':>8} {'rdp':>7} {'pld':>7} "

@@ -278,7 +278,9 @@ def test_n_jobs_2_with_one_shared_sampler_is_safe() -> None:
     thread = threading.Thread(target=server.serve, kwargs={"poll_interval": 0.01, "stop": stop})
     thread.start()
     try:
-        sampler = FedThompsonSampler(fed, "c0", seed=0)
+        # p_t = 0: every trial after the initial design is federated once a broadcast exists,
+        # so the assertion on modes does not depend on how the two threads interleave.
+        sampler = FedThompsonSampler(fed, "c0", schedule=lambda t: 0.0, seed=0)
         study = optuna.create_study(direction="maximize", sampler=sampler)
         study.optimize(_objective((0.3, 0.6)), n_trials=30, n_jobs=2)
     finally:
@@ -346,7 +348,7 @@ def test_simulate_runs_lock_step_rounds_and_returns_a_tidy_table() -> None:
         progress=False,
         seed=1,
     )
-    assert len(result.studies) == 4 and len(result.reports) == 6
+    assert len(result.studies) == 4 and len(result.reports) == 5  # the last round is not closed
     assert all(r.n_contributors == 4 and r.reason == "complete" for r in result.reports)
     table = result.table()
     assert len(table) == 4 * 8

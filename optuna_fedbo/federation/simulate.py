@@ -143,7 +143,10 @@ def simulate(
     the server closes the round. Each of the next ``n_rounds`` rounds is one BO iteration: every
     participant runs one trial (using the broadcast of the previous round), then the server
     closes the round with all uploads (``force=True``, so failing participants do not block it).
-    This is the synchronous schedule of the papers' experiments.
+    This is the synchronous schedule of the papers' experiments. The last round is not closed:
+    its broadcast would reach nobody, and with differential privacy it would cost a round of
+    epsilon for nothing. The server therefore publishes exactly ``n_rounds`` broadcasts (rounds
+    ``0 .. n_rounds - 1``), the ``T`` of the papers' privacy losses.
 
     Args:
         objectives: One objective per participant (``trial -> value``).
@@ -277,6 +280,10 @@ def _run(
             n_trials = n_init if round_index == 0 else 1
             for study, objective in zip(studies, objectives):
                 study.optimize(objective, n_trials=n_trials)
+            if bar is not None:
+                bar.update(1)
+            if round_index == n_rounds:
+                break  # nobody would use this round's broadcast (see the docstring)
             report = server.step(force=True)
             if report is None:
                 if server.budget_exhausted is None:
@@ -285,8 +292,6 @@ def _run(
                     )
             else:
                 reports.append(report)
-            if bar is not None:
-                bar.update(1)
     finally:
         if bar is not None:
             bar.close()
