@@ -25,6 +25,7 @@ from optuna_fedbo.federation.simulate import simulate
 from optuna_fedbo.federation.simulate import SimulationResult
 from optuna_fedbo.federation.store import FederationNotFoundError
 from optuna_fedbo.federation.store import resolve_storage
+from optuna_fedbo.federation.store import ServerSupersededError
 
 __all__ = [
     "Broadcast",
@@ -45,6 +46,7 @@ __all__ = [
     "PrivacyLedger",
     "ProtocolConfig",
     "RoundReport",
+    "ServerSupersededError",
     "SimulationResult",
     "presets",
     "resolve_storage",

@@ -9,6 +9,8 @@ from typing import TypeVar
 
 import optuna
 
+from optuna_fedbo.federation.store import ServerSupersededError
+
 _logger = optuna.logging.get_logger(__name__)
 
 Report = TypeVar("Report")
@@ -55,6 +57,8 @@ def poll_rounds(
             try:
                 report = step()
                 errors = 0
+            except ServerSupersededError:
+                raise  # not a storage hiccup: another server now owns the federation
             except Exception:
                 errors += 1
                 if errors >= max_consecutive_errors:

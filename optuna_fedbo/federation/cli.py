@@ -35,6 +35,7 @@ from optuna_fedbo.federation.presets import PRESETS
 from optuna_fedbo.federation.presets import PRIVACY_PRESETS
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
+from optuna_fedbo.federation.store import ServerSupersededError
 
 
 def _read_json(text: str) -> object:
@@ -92,7 +93,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     create.add_argument("--seed", type=int, default=0, help="Public seed.")
 
-    serve = commands.add_parser("serve", help="Run the federation server (poll loop).")
+    serve = commands.add_parser(
+        "serve",
+        help="Run the federation server (poll loop).",
+        description=(
+            "Run the federation server. One server per federation: starting another one "
+            "(e.g. a restart) makes this one stop with exit status 3 before it publishes again."
+        ),
+    )
     _add_target(serve)
     serve.add_argument("--poll-interval", type=float, default=1.0, help="Seconds between polls.")
     serve.add_argument(
@@ -255,6 +263,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
         print(f"optuna-fedbo {args.command}: error: {message}", file=sys.stderr)
         return 2
+    except ServerSupersededError as error:
+        print(f"optuna-fedbo {args.command}: stopped: {error}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

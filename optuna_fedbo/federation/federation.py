@@ -130,17 +130,22 @@ class FederationStatus:
         not_joined = self.n_clients - len(self.participants)
         if not_joined:
             lines[-1] += f" (and {not_joined} not joined yet)"
-        if self.server is None:
-            lines.append("server         never seen")
-        else:
-            age = time.time() - float(self.server.get("heartbeat", 0.0))
-            lines.append(
-                f"server         {self.server.get('host')} pid {self.server.get('pid')}, "
-                f"last seen {age:.0f} s ago"
-            )
+        lines.append(format_server(self.server))
         if self.privacy is not None:
             lines += _format_privacy(self.privacy)
         return "\n".join(lines)
+
+
+def format_server(server: dict[str, Any] | None) -> str:
+    """The ``status`` line of a server heartbeat record (``None``: no server ever ran)."""
+    if server is None:
+        return "server         never seen"
+    age = time.time() - float(server.get("heartbeat", 0.0))
+    epoch = f", epoch {server['epoch']}" if "epoch" in server else ""
+    return (
+        f"server         {server.get('host')} pid {server.get('pid')}{epoch}, "
+        f"last seen {age:.0f} s ago"
+    )
 
 
 def _format_privacy(summary: dict[str, Any]) -> list[str]:

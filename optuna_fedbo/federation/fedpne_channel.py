@@ -22,6 +22,7 @@ from optuna_fedbo.core.fedpne import Node
 from optuna_fedbo.core.fedpne import Partition
 from optuna_fedbo.core.fedpne import Phase
 from optuna_fedbo.federation.federation import Federation
+from optuna_fedbo.federation.federation import format_server
 from optuna_fedbo.federation.fedpne import FedPNEConfig
 from optuna_fedbo.federation.fedpne import NodeSpace
 from optuna_fedbo.federation.fedpne_messages import encode_means_upload
@@ -135,14 +136,7 @@ class FedPNEStatus:
                 f"{self.privacy.n_clients})-federated DP, sigma = {self.privacy.sigma:.4g} "
                 f"(exact epsilon {self.privacy.tight_epsilon:.4g})"
             )
-        if self.server is None:
-            lines.append("server         never seen")
-        else:
-            age = time.time() - float(self.server.get("heartbeat", 0.0))
-            lines.append(
-                f"server         {self.server.get('host')} pid {self.server.get('pid')}, "
-                f"last seen {age:.0f} s ago"
-            )
+        lines.append(format_server(self.server))
         return "\n".join(lines)
 
 

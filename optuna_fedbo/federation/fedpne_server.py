@@ -179,6 +179,7 @@ class FedPNEServer(FederationServer):
         self._uploads: UploadCollector[dict[str, float]] = UploadCollector(
             lambda client_id: federation.index_of(client_id) is not None
         )
+        self._epoch = self._store.claim_server_epoch()
         self._last_heartbeat = float("-inf")
         self._open = 0
         self._state: dict[str, Any] = {}
@@ -303,6 +304,7 @@ class FedPNEServer(FederationServer):
             The report of the published round, or ``None`` if nothing was published.
         """
         with self._lock:
+            self._ensure_current()
             self._heartbeat()
             if self._pending is not None:
                 return self._publish()

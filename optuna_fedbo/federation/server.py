@@ -16,6 +16,15 @@ One round (DP-FTS-DE, Algorithm 1) is ``collect -> aggregate -> publish``:
 Every step is idempotent from stored state, so a server restarted at any point resumes the open
 round with the uploads already written and never publishes a round twice.
 
+One server at a time: each server claims a new *epoch* when it starts
+(:meth:`~optuna_fedbo.federation.store.FederationStore.claim_server_epoch`), and a server whose
+epoch has been superseded -- someone started another server, e.g. a restart while the old
+process still runs -- raises :class:`~optuna_fedbo.federation.store.ServerSupersededError` at its
+next step and before it stages anything, so two servers never keep aggregating (with
+differential privacy: releasing differently noised vectors of one accounted round) side by
+side. ``serve()`` stops on that error. The newest server always wins, so restarting a crashed
+server needs no clean-up.
+
 With differential privacy (``Federation.create(..., privacy=DPConfig(...))``) the round is
 ``collect -> privatize -> account -> publish``: the aggregation is Algorithm 1 of DP-FTS-DE
 (Poisson subsampling with probability ``q`` over the ``N`` registered agents, clipping to
@@ -54,6 +63,7 @@ from optuna_fedbo.federation.messages import encode_broadcast
 from optuna_fedbo.federation.messages import parse_broadcast
 from optuna_fedbo.federation.messages import parse_upload
 from optuna_fedbo.federation.messages import Upload
+from optuna_fedbo.federation.store import ServerSupersededError
 from optuna_fedbo.privacy._gaussian import aggregate
 from optuna_fedbo.privacy._gaussian import AggregationResult
 from optuna_fedbo.privacy._rng import secure_rng
@@ -174,6 +184,7 @@ class FederationServer:
         self._uploads: UploadCollector[Upload] = UploadCollector(
             lambda client_id: federation.index_of(client_id) is not None
         )
+        self._epoch = self._store.claim_server_epoch()
         self._last_heartbeat = -np.inf
         self._last_published = -1
         self._staged: _Staged | None = None
@@ -251,6 +262,7 @@ class FederationServer:
             The :class:`RoundReport` of the published round, or ``None`` if none was published.
         """
         with self._lock:
+            self._ensure_current()
             self._heartbeat()
             if self._staged is not None:
                 return self._publish()
@@ -283,6 +295,7 @@ class FederationServer:
                 n_contributors=len(uploads) if private is None else -1,
                 config_hash=self.federation.config_hash,
             )
+            self._ensure_current()  # again: aggregation took time, and staging is a release
             trial_id = self._store.stage_broadcast(round_index, payload)
             self._staged = _Staged(
                 trial_id,
@@ -458,6 +471,20 @@ class FederationServer:
         )
         return report
 
+    @property
+    def epoch(self) -> int:
+        """This server's epoch: how many servers had started on the federation before it, + 1."""
+        return self._epoch
+
+    def _ensure_current(self) -> None:
+        """Raise :class:`ServerSupersededError` if a newer server has started."""
+        if self._store.has_server_epoch(self._epoch + 1):
+            raise ServerSupersededError(
+                f"Another server (epoch {self._epoch + 1}) has started on federation "
+                f"{self.federation.name!r}; this server (epoch {self._epoch}) stops publishing. "
+                "Run one server per federation."
+            )
+
     def _heartbeat(self, force: bool = False) -> None:
         now = time.monotonic()
         if not force and now - self._last_heartbeat < self._heartbeat_interval:
@@ -467,6 +494,7 @@ class FederationServer:
             {
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
+                "epoch": self._epoch,
                 "heartbeat": time.time(),
                 "open_round": self.open_round,
             }

@@ -18,6 +18,9 @@ attribute writes are last-writer-wins):
   round is published, so a late upload fails and raw uploads do not outlive their round.
   Keeping uploads in studies of their own is what allows sealing them (encryption to the
   server's key) later without changing the layout.
+* studies ``NAME:fedbo:server:EEEEEE`` -- one per server start (its *epoch*): a server claims
+  the next free epoch by creating the study, which only one writer can do, and stops publishing
+  as soon as the next epoch exists (see :meth:`FederationStore.claim_server_epoch`).
 * study ``NAME:fedbo:ledger`` -- the privacy ledger of a differentially private federation,
   written by the server only and readable by everyone: one system attribute ``r:RRRRRR`` per
   accounted round (written before the round's broadcast exists anywhere). When the privacy
@@ -107,6 +110,10 @@ def check_client_id(client_id: Any) -> str:
 
 class FederationNotFoundError(KeyError):
     """No federation of that name in the storage."""
+
+
+class ServerSupersededError(RuntimeError):
+    """Another server has started on the federation: this one must not publish any more."""
 
 
 class FederationStore:
@@ -378,6 +385,37 @@ class FederationStore:
         return value if isinstance(value, dict) else None
 
     # ---------------------------------------------------------------------------- server
+    def server_epoch_study_name(self, epoch: int) -> str:
+        return f"{self.name}:fedbo:server:{epoch:06d}"
+
+    def has_server_epoch(self, epoch: int) -> bool:
+        """Whether a server has claimed ``epoch``."""
+        try:
+            self.storage.get_study_id_from_name(self.server_epoch_study_name(epoch))
+        except KeyError:
+            return False
+        return True
+
+    def claim_server_epoch(self) -> int:
+        """Claim the next server epoch: ``1 +`` the newest claimed one.
+
+        Creating a study is the storage's one write that a single writer wins (a second create
+        of the same name raises ``DuplicatedStudyError``), so two servers starting at once get
+        different epochs. Epochs are claimed in order, so a server of epoch ``e`` has been
+        superseded exactly when epoch ``e + 1`` exists: one lookup by name.
+        """
+        epoch = 1
+        while True:
+            while self.has_server_epoch(epoch):
+                epoch += 1
+            try:
+                self.storage.create_new_study(
+                    [StudyDirection.MINIMIZE], self.server_epoch_study_name(epoch)
+                )
+            except DuplicatedStudyError:
+                continue  # another server claimed it first: try the next one
+            return epoch
+
     def write_server_status(self, status: dict[str, Any]) -> None:
         self.storage.set_study_system_attr(self._study_id(self.name), SERVER_KEY, status)
 
