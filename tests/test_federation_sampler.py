@@ -277,12 +277,21 @@ def test_n_jobs_2_with_one_shared_sampler_is_safe() -> None:
     stop = threading.Event()
     thread = threading.Thread(target=server.serve, kwargs={"poll_interval": 0.01, "stop": stop})
     thread.start()
+    evaluate = _objective((0.3, 0.6))
+
+    def objective(trial: optuna.Trial) -> float:
+        # Each trial first publishes what earlier trials uploaded (the serving thread may have
+        # done it already), so rounds advance with the trials, not with how many 10 ms polls
+        # fit into the run (30 trials take ~0.1 s: a machine twice as fast saw ~4 rounds).
+        server.step()
+        return evaluate(trial)
+
     try:
         # p_t = 0: every trial after the initial design is federated once a broadcast exists,
         # so the assertion on modes does not depend on how the two threads interleave.
         sampler = FedThompsonSampler(fed, "c0", schedule=lambda t: 0.0, seed=0)
         study = optuna.create_study(direction="maximize", sampler=sampler)
-        study.optimize(_objective((0.3, 0.6)), n_trials=30, n_jobs=2)
+        study.optimize(objective, n_trials=30, n_jobs=2)
     finally:
         stop.set()
         thread.join(timeout=30)
@@ -291,7 +300,42 @@ def test_n_jobs_2_with_one_shared_sampler_is_safe() -> None:
     assert all(t.state == TrialState.COMPLETE for t in study.trials)
     assert fed.open_round() >= 5
     assert {"init", "federated"} <= set(_modes(study))
-    assert study.best_value > -0.05
+    # No trial was lost or modelled twice by the shared sampler; its incumbent is the study's.
+    sampler._observations.update(study)
+    assert sampler._observations.count == 30
+    assert sampler._observations.best_value == study.best_value
+    # Each federated point maximizes the broadcast its own trial recorded (no state crossed
+    # between the threads). Not the best value: with n_jobs > 1 Optuna reseeds the sampler from
+    # the OS and the interleaving decides which broadcast a trial sees, so that is not
+    # reproducible (best > -0.05 failed in 4 of 550 runs, 0-2% per batch with the machine's load).
+    # A point off its broadcast's maximizer has a gap of order 0.5 (median 0.25 when the points
+    # are random); an optimizer miss above 0.05 occurred about once in 1,000 maximizations.
+    gaps = _gaps_to_broadcast_maximum(fed, study)
+    assert len(gaps) >= 10 and float(np.median(gaps)) < 0.05, gaps
+
+
+def _gaps_to_broadcast_maximum(fed: Federation, study: optuna.Study) -> list[float]:
+    """Per federated trial: ``(max f - f(x)) / (max f - min f)``, f = its broadcast, on a grid."""
+    from optuna_fedbo.federation.messages import parse_broadcast
+
+    vectors = {}
+    for trial in fed.store.broadcast_trials():
+        if trial.state != TrialState.COMPLETE:
+            continue
+        round_index, payload = fed.store.read_broadcast(trial._trial_id)
+        vectors[round_index] = parse_broadcast(payload).vectors[0]  # one sub-region
+    features = fed.features()
+    axis = np.linspace(0.0, 1.0, 101)
+    grid = features(fed.encoder.encode([{"x": a, "y": b} for a in axis for b in axis]))
+    gaps = []
+    for trial in study.trials:
+        if trial.system_attrs.get("fedbo:mode") != "federated":
+            continue
+        omega = vectors[trial.system_attrs["fedbo:broadcast_round"]]
+        values = grid @ omega
+        value = float((features(fed.encoder.encode([trial.params])) @ omega)[0])
+        gaps.append(float((values.max() - value) / (values.max() - values.min())))
+    return gaps
 
 
 def test_synchronous_participants_move_in_lock_step() -> None:

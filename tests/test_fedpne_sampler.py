@@ -6,6 +6,7 @@ import itertools
 import json
 import logging
 import math
+import time
 
 import numpy as np
 import optuna
@@ -30,6 +31,7 @@ from optuna_fedbo.federation import simulate_fedpne
 from optuna_fedbo.federation.fedpne_channel import FedPNEChannel
 from optuna_fedbo.samplers._fed_pne import FedPNEPhaseTimeout
 from optuna_fedbo.samplers._fed_pne import FedPNESampler
+from optuna_fedbo.samplers._fed_pne import REWARD_ATTR
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -497,6 +499,30 @@ def test_threads_of_one_participant_share_the_phase_without_double_pulls() -> No
         if phase.final:
             break
         assert server.step() is not None
+
+
+def test_a_slow_storage_write_after_a_pull_does_not_free_its_slot_early() -> None:
+    """Regression: the slot was freed before it was recorded as done, then pulled again."""
+    fed = _federation(1, horizon=60)
+    server = FederationServer(fed)
+    sampler = FedPNESampler(fed, "solo", phase_timeout=20.0, poll_interval=0.01, seed=0)
+    study = optuna.create_study(sampler=sampler)
+    write = study._storage.set_trial_system_attr
+
+    def slow_write(trial_id, key, value):  # noqa: ANN001, ANN202
+        write(trial_id, key, value)
+        if key == REWARD_ATTR:
+            time.sleep(0.02)  # widens the gap between the trial's end and its done record
+
+    study._storage.set_trial_system_attr = slow_write  # type: ignore[method-assign]
+    phase = server.phase
+    study.optimize(_x_objective(), n_trials=phase.budget, n_jobs=2)
+    slots = sorted(
+        t.system_attrs["fedpne:slot"]
+        for t in study.trials
+        if t.system_attrs.get("fedpne:phase") == phase.index
+    )
+    assert slots == list(range(phase.budget))
 
 
 # ---------------------------------------------------------------------- entry points

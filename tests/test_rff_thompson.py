@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 import optuna
@@ -11,6 +12,7 @@ from optuna.trial import TrialState
 import pytest
 
 from optuna_fedbo import RFFThompsonSampler
+from optuna_fedbo.core.posterior import SufficientStatistics
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -130,6 +132,41 @@ def test_n_jobs_two_shares_one_sampler_safely() -> None:
     assert sampler._observations is not None
     sampler._observations.update(study)
     assert sampler._observations.count == 24
+
+
+def test_a_posterior_is_never_built_while_the_statistics_are_updated(monkeypatch) -> None:
+    """Regression (n_jobs=2): a thread built its posterior from another's in-place update.
+
+    Each update waits (up to 50 ms) for a posterior to be built meanwhile; any posterior built
+    during an update is recorded. Without the sampler's model lock the other thread, busy
+    selecting hyperparameters, builds some (and Cholesky failed on the half-updated Gram matrix
+    in about 1% of the plain n_jobs=2 runs); with it, none.
+    """
+    updating = threading.Event()
+    built = threading.Event()
+    overlaps: list[int] = []
+    add, posterior = SufficientStatistics.add, SufficientStatistics.posterior
+
+    def slow_add(self, features, targets):  # noqa: ANN001, ANN202
+        built.clear()
+        updating.set()
+        built.wait(timeout=0.05)
+        updating.clear()
+        add(self, features, targets)
+
+    def watched_posterior(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if updating.is_set():
+            overlaps.append(self.count)
+        built.set()
+        return posterior(self, *args, **kwargs)
+
+    monkeypatch.setattr(SufficientStatistics, "add", slow_add)
+    monkeypatch.setattr(SufficientStatistics, "posterior", watched_posterior)
+    for _ in range(2):
+        study = optuna.create_study(sampler=RFFThompsonSampler(n_startup_trials=4, seed=0))
+        study.optimize(_branin, n_trials=16, n_jobs=2)
+        assert all(t.state == TrialState.COMPLETE for t in study.trials)
+    assert overlaps == []
 
 
 def test_auto_hyperparameters_prefer_a_lengthscale_that_fits() -> None:

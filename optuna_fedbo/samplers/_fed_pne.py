@@ -351,7 +351,7 @@ class FedPNESampler(BaseSampler):
         self._independent_sampler.after_trial(study, trial, state, values)
         with self._lock:
             self._points.pop(trial._trial_id, None)
-            entry = self._inflight.pop(trial._trial_id, None)
+            entry = self._inflight.get(trial._trial_id)
         if entry is None:
             return
         try:
@@ -362,6 +362,11 @@ class FedPNESampler(BaseSampler):
                 "continues (the phase's upload is retried at the next trial).",
                 exc_info=True,
             )
+        finally:
+            # The slot stays busy until it is recorded as done (or, for a failed trial, is to
+            # be pulled again): freed any earlier, another thread could pull it twice.
+            with self._lock:
+                self._inflight.pop(trial._trial_id, None)
 
     def _after_pull(
         self,

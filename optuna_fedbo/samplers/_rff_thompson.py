@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+import threading
 from typing import Any
 
 import numpy as np
@@ -118,6 +119,9 @@ class RFFThompsonSampler(BaseSampler):
         self._observations: TrialObservations | None = None
         # (observation count, feature-map index, noise variance) of the last model selection.
         self._selection: tuple[int, int, float] | None = None
+        # Guards the model (observations, selection) when trials run in threads (n_jobs > 1): a
+        # posterior must never be built from statistics that another thread is updating.
+        self._model_lock = threading.Lock()
 
     def reseed_rng(self) -> None:
         self._rng = np.random.default_rng()
@@ -138,13 +142,15 @@ class RFFThompsonSampler(BaseSampler):
         check_single_objective(study, self)
         if search_space == {}:
             return {}
-        observations = self._observations_for(search_space)
-        observations.update(study)
-        if observations.count < self._n_startup_trials:
-            return {}
-        features, posterior = self._select_model(observations)
-        omega = posterior.sample(self._rng)
-        extra = None if observations.best_point is None else observations.best_point[None, :]
+        with self._model_lock:
+            observations = self._observations_for(search_space)
+            observations.update(study)
+            if observations.count < self._n_startup_trials:
+                return {}
+            features, posterior = self._select_model(observations)
+            omega = posterior.sample(self._rng)
+            best = observations.best_point
+        extra = None if best is None else best[None, :]
         point, _ = maximize(
             LinearAcquisition(features, omega),
             observations.encoder.encoding,
