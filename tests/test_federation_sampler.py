@@ -19,6 +19,7 @@ from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation import simulate
+from optuna_fedbo.federation.messages import parse_broadcast
 from optuna_fedbo.samplers._fed_thompson import FedThompsonSampler
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -316,8 +317,6 @@ def test_n_jobs_2_with_one_shared_sampler_is_safe() -> None:
 
 def _gaps_to_broadcast_maximum(fed: Federation, study: optuna.Study) -> list[float]:
     """Per federated trial: ``(max f - f(x)) / (max f - min f)``, f = its broadcast, on a grid."""
-    from optuna_fedbo.federation.messages import parse_broadcast
-
     vectors = {}
     for trial in fed.store.broadcast_trials():
         if trial.state != TrialState.COMPLETE:
