@@ -482,6 +482,15 @@ def test_dp_fedpne_runs_end_to_end_and_widens_the_confidence() -> None:
 
 
 # ------------------------------------------------------------------------ concurrency
+def _pulled_slots(study: optuna.Study, phase_index: int) -> list[int]:
+    """The pull slots of a phase that the study's trials took, sorted (repeats kept)."""
+    return sorted(
+        t.system_attrs["fedpne:slot"]
+        for t in study.trials
+        if t.system_attrs.get("fedpne:phase") == phase_index
+    )
+
+
 def test_threads_of_one_participant_share_the_phase_without_double_pulls() -> None:
     fed = _federation(1, horizon=60)
     server = FederationServer(fed)
@@ -490,12 +499,7 @@ def test_threads_of_one_participant_share_the_phase_without_double_pulls() -> No
     for _ in range(3):
         phase = server.phase
         study.optimize(_x_objective(), n_trials=phase.budget, n_jobs=2)
-        slots = sorted(
-            t.system_attrs["fedpne:slot"]
-            for t in study.trials
-            if t.system_attrs.get("fedpne:phase") == phase.index
-        )
-        assert slots == list(range(phase.budget))
+        assert _pulled_slots(study, phase.index) == list(range(phase.budget))
         if phase.final:
             break
         assert server.step() is not None
@@ -517,12 +521,7 @@ def test_a_slow_storage_write_after_a_pull_does_not_free_its_slot_early() -> Non
     study._storage.set_trial_system_attr = slow_write  # type: ignore[method-assign]
     phase = server.phase
     study.optimize(_x_objective(), n_trials=phase.budget, n_jobs=2)
-    slots = sorted(
-        t.system_attrs["fedpne:slot"]
-        for t in study.trials
-        if t.system_attrs.get("fedpne:phase") == phase.index
-    )
-    assert slots == list(range(phase.budget))
+    assert _pulled_slots(study, phase.index) == list(range(phase.budget))
 
 
 # ---------------------------------------------------------------------- entry points
