@@ -319,6 +319,7 @@ class FedPNEServer(FederationServer):
             core.close_phase(force=reason != "complete")
             state = core.to_dict()
             # Persist the decision before anything is published: a restart finishes it.
+            self._ensure_current()  # again: only the newest server decides and publishes
             self._states.write(round_index + 1, state)
             trial_id = self._store.stage_broadcast(round_index, self._payload(round_index, state))
             self._pending = _Pending(round_index, state, trial_id, reason, rejected)
