@@ -37,6 +37,14 @@ class UploadCollector(Generic[Parsed]):
         self._parsed.clear()
         self.first_seen = None
 
+    def waited(self, timeout: float | None) -> bool:
+        """Whether ``timeout`` seconds have passed since the round's first valid upload."""
+        return (
+            timeout is not None
+            and self.first_seen is not None
+            and time.monotonic() - self.first_seen >= timeout
+        )
+
     def collect(
         self,
         raw: Mapping[str, str],

@@ -337,12 +337,7 @@ class FederationServer:
             return "complete"
         if force:
             return "forced"
-        if (
-            self._round_timeout is not None
-            and self._uploads.first_seen is not None
-            and len(uploads) >= self._min_uploads
-            and time.monotonic() - self._uploads.first_seen >= self._round_timeout
-        ):
+        if len(uploads) >= self._min_uploads and self._uploads.waited(self._round_timeout):
             return "timeout"
         return None
 

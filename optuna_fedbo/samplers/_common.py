@@ -10,6 +10,7 @@ from optuna.samplers import BaseSampler
 from optuna.samplers._base import _INDEPENDENT_SAMPLING_WARNING_TEMPLATE
 from optuna.study import Study
 from optuna.trial import FrozenTrial
+from optuna.trial import TrialState
 
 _logger = optuna.logging.get_logger(__name__)
 
@@ -18,6 +19,21 @@ def check_single_objective(study: Study, sampler: BaseSampler) -> None:
     """Raise the ``ValueError`` Optuna's conformance tests expect for a multi-objective study."""
     if study._is_multi_objective():
         raise ValueError(f"{type(sampler).__name__} supports single-objective studies only.")
+
+
+def outside_relative_space_reason(study: Study, min_completed: int) -> str | None:
+    """Why a parameter is sampled independently, once the model is in use; else ``None``.
+
+    Before ``min_completed`` trials have completed every parameter is sampled independently
+    by design, which deserves no warning.
+    """
+    completed = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,), use_cache=True)
+    if len(completed) < min_completed:
+        return None
+    return (
+        "the parameter is not in the relative search space (a dynamic search space, "
+        "or the first trial)"
+    )
 
 
 def sample_independently(

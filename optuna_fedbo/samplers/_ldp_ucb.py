@@ -44,6 +44,7 @@ from optuna_fedbo.core.ldp.parameters import RewardModel
 from optuna_fedbo.core.ldp.tgp import TGPUCB
 from optuna_fedbo.core.space import Dimension
 from optuna_fedbo.samplers._common import check_single_objective
+from optuna_fedbo.samplers._common import outside_relative_space_reason
 from optuna_fedbo.samplers._common import sample_independently
 from optuna_fedbo.search_space import SearchSpaceEncoder
 
@@ -286,16 +287,9 @@ class LDPUCBSampler(BaseSampler):
         param_distribution: BaseDistribution,
     ) -> Any:
         check_single_objective(study, self)
-        reason = None
-        if self._warn_independent_sampling:
-            completed = study._get_trials(
-                deepcopy=False, states=(TrialState.COMPLETE,), use_cache=True
-            )
-            if len(completed) > 0:
-                reason = (
-                    "the parameter is not in the relative search space (a dynamic search space, "
-                    "or the first trial)"
-                )
+        reason = (
+            outside_relative_space_reason(study, 1) if self._warn_independent_sampling else None
+        )
         return sample_independently(
             self,
             self._independent_sampler,

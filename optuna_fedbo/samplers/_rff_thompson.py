@@ -21,6 +21,7 @@ from optuna_fedbo.core.acquisition import maximize
 from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.rff import RandomFourierFeatures
 from optuna_fedbo.samplers._common import check_single_objective
+from optuna_fedbo.samplers._common import outside_relative_space_reason
 from optuna_fedbo.samplers._common import sample_independently
 from optuna_fedbo.samplers._observations import TrialObservations
 from optuna_fedbo.search_space import SearchSpaceEncoder
@@ -169,16 +170,11 @@ class RFFThompsonSampler(BaseSampler):
         param_distribution: BaseDistribution,
     ) -> Any:
         check_single_objective(study, self)
-        reason = None
-        if self._warn_independent_sampling:
-            completed = study._get_trials(
-                deepcopy=False, states=(TrialState.COMPLETE,), use_cache=True
-            )
-            if len(completed) >= self._n_startup_trials:
-                reason = (
-                    "the parameter is not in the relative search space (a dynamic search space, "
-                    "or the first trial)"
-                )
+        reason = (
+            outside_relative_space_reason(study, self._n_startup_trials)
+            if self._warn_independent_sampling
+            else None
+        )
         return sample_independently(
             self,
             self._independent_sampler,
