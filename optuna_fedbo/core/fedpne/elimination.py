@@ -7,6 +7,10 @@ Algorithm 2, lines 11-16 of the Fed-PNE paper:
 * ``E^p = {(h,i) : mu_{h,i} + b_{h,i} + nu1 rho^h < mu_{h^p,i^p} - b_{h^p,i^p}}`` (line 15,
   Eqn. 1), a strict inequality, so the best node is never eliminated;
 * ``K^{p+1}`` = the children of ``K^p \\ E^p`` (line 16).
+
+The tuning preset (:meth:`FedPNEParams.tuning`) adds a beam after Eqn. (1): at most
+``max_survivors`` nodes survive, the largest means first (ties: index order); the rest join
+``E^p``. Without ``max_survivors`` this module is exactly the paper's rule.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ def eliminate(
     means: Mapping[Node, float],
     widths: Mapping[Node, float],
     smoothness: Callable[[int], float],
+    max_survivors: int | None = None,
 ) -> Elimination:
     """Apply the elimination rule (Algorithm 2, lines 14-15).
 
@@ -72,6 +77,8 @@ def eliminate(
         means: ``node -> mu_{h,i}``.
         widths: ``node -> b_{h,i}`` (same keys).
         smoothness: ``h -> nu1 rho^h``.
+        max_survivors: Keep at most this many survivors of Eqn. (1), the largest means first
+            (``None``: the paper, no limit).
 
     Returns:
         The best node, the eliminated nodes and the survivors.
@@ -93,6 +100,12 @@ def eliminate(
         node for node in nodes if means[node] + widths[node] + smoothness(node.depth) < bar
     )
     gone = set(eliminated)
+    if max_survivors is not None:
+        if max_survivors < 1:
+            raise ValueError(f"max_survivors must be >= 1, got {max_survivors}.")
+        ranked = sorted((n for n in nodes if n not in gone), key=lambda n: (-means[n], n))
+        gone.update(ranked[max_survivors:])
+        eliminated = tuple(node for node in nodes if node in gone)
     survivors = tuple(node for node in nodes if node not in gone)
     return Elimination(best=best, eliminated=eliminated, survivors=survivors)
 

@@ -48,6 +48,14 @@ class FedPNEParams:
         delta: Confidence parameter ``delta`` in ``(0, 1]``; ``None`` for ``1/M``.
         privacy: DP-Fed-PNE noise setting (Appendix D), or ``None`` for plain Fed-PNE.
         max_phase_nodes: Safety bound on the size of a phase's node set.
+        node_pulls: ``None`` (the paper): ``tau_h`` is Eqn. (3). An int ``n``: the *tuning
+            schedule*, ``tau_h = ceil(n (1 + 4 sigma^2))`` at every depth (``sigma`` the
+            DP-Fed-PNE noise, 0 without DP), so every node gets about ``n`` pulls over all
+            clients and a phase costs each client ``|K^p| ceil(tau_h / M)`` trials, whatever
+            the depth. A departure from the paper (see :meth:`tuning`).
+        max_survivors: ``None`` (the paper): only Eqn. (1) eliminates. An int ``S``: after
+            Eqn. (1), keep at most the ``S`` nodes with the largest means (a beam); the others
+            are eliminated too. A departure from the paper (see :meth:`tuning`).
     """
 
     horizon: int
@@ -59,6 +67,8 @@ class FedPNEParams:
     delta: float | None = None
     privacy: RewardPrivacy | None = None
     max_phase_nodes: int = 100_000
+    node_pulls: int | None = None
+    max_survivors: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "horizon", _positive_int("horizon", self.horizon))
@@ -80,6 +90,9 @@ class FedPNEParams:
         object.__setattr__(
             self, "max_phase_nodes", _positive_int("max_phase_nodes", self.max_phase_nodes)
         )
+        for name in ("node_pulls", "max_survivors"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
         # Fail early if log(c1 T / delta) <= 0.
         log_term(self.c1, self.horizon, self.confidence_delta)
 
@@ -113,6 +126,50 @@ class FedPNEParams:
             max_phase_nodes=max_phase_nodes,
         )
 
+    @classmethod
+    def tuning(
+        cls,
+        horizon: int,
+        n_clients: int,
+        *,
+        node_pulls: int = 10,
+        max_survivors: int = 4,
+        privacy: RewardPrivacy | None = None,
+        max_phase_nodes: int = 100_000,
+    ) -> FedPNEParams:
+        """Constants for tuning budgets (tens to a few hundred pulls per client).
+
+        Two departures from Algorithm 2, both because Eqn. (3) and Eqn. (1) are sized for
+        horizons of thousands of pulls:
+
+        * **Schedule** (``node_pulls``): Eqn. (3) makes ``tau_h`` grow like ``4^h``; with the
+          paper's constants, ``M = 10`` and ``T = 200`` a node of depth 6 needs 312 pulls, so
+          the phase of depth 6 does not fit in the budget and the run ends inside it, pulling
+          every surviving node (far ones too) until the horizon. The tuning schedule gives
+          every node of every depth the same ``n`` pulls over all clients (``n (1 + 4
+          sigma^2)`` under DP, the variance factor of Lemma D.3), so phases stay short and
+          the tree keeps deepening. The unbiasedness of the global means (every client pulls
+          every node equally often, Section 3.1) is kept.
+        * **Beam** (``max_survivors``): Eqn. (1) with ``nu1 = 1`` in reward units eliminates
+          nothing until ``nu1 rho^h`` is small, so the node set doubles phase after phase. The
+          beam keeps the ``S`` best-estimated survivors, so a phase holds at most ``k S``
+          nodes. It can cut the node of the optimum when the estimates are within noise of
+          each other (Lemma B.3 no longer holds); at that point the kept nodes are about as
+          good, which is what costs little regret at small budgets.
+
+        The widths ``b_{h,i}`` and the rule of Eqn. (1) are unchanged (with the paper's
+        experimental ``c = 0.1, c1 = 1, delta = 1/M``). Use the plain constructor for the
+        paper's algorithm.
+        """
+        return cls(
+            horizon=horizon,
+            n_clients=n_clients,
+            privacy=privacy,
+            max_phase_nodes=max_phase_nodes,
+            node_pulls=node_pulls,
+            max_survivors=max_survivors,
+        )
+
     # ----------------------------------------------------------------------------- derived
     @property
     def confidence_delta(self) -> float:
@@ -131,7 +188,11 @@ class FedPNEParams:
         return self.c * factor
 
     def tau(self, depth: int) -> int:
-        """``tau_h`` for nodes of depth ``h`` (Eqn. 3, with the effective ``c``)."""
+        """``tau_h`` for nodes of depth ``h`` (Eqn. 3 with the effective ``c``; or the tuning
+        schedule ``ceil(node_pulls (1 + 4 sigma^2))``)."""
+        if self.node_pulls is not None:
+            factor = 1.0 if self.privacy is None else self.privacy.confidence_factor
+            return math.ceil(self.node_pulls * factor**2)
         return threshold(
             depth, c=self.effective_c, log_c1t_delta=self.log_term, nu1=self.nu1, rho=self.rho
         )
@@ -163,6 +224,8 @@ class FedPNEParams:
             "delta": self.delta,
             "privacy": None if self.privacy is None else self.privacy.to_dict(),
             "max_phase_nodes": self.max_phase_nodes,
+            "node_pulls": self.node_pulls,
+            "max_survivors": self.max_survivors,
         }
 
     @classmethod
@@ -170,7 +233,8 @@ class FedPNEParams:
         """Inverse of :meth:`to_dict`."""
         keys = {"horizon", "n_clients", "nu1", "rho", "c", "c1", "delta", "privacy"}
         keys.add("max_phase_nodes")
-        if not isinstance(data, dict) or set(data) != keys:
+        optional = {"node_pulls", "max_survivors"}  # absent in states saved before they existed
+        if not isinstance(data, dict) or not keys <= set(data) <= keys | optional:
             raise ValueError(f"FedPNEParams data must be a dict with keys {sorted(keys)}.")
         privacy = data["privacy"]
         return cls(
@@ -183,4 +247,6 @@ class FedPNEParams:
             delta=data["delta"],
             privacy=None if privacy is None else RewardPrivacy.from_dict(privacy),
             max_phase_nodes=data["max_phase_nodes"],
+            node_pulls=data.get("node_pulls"),
+            max_survivors=data.get("max_survivors"),
         )

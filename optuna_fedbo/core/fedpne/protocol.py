@@ -393,7 +393,10 @@ class FedPNEServerState:
         total_pulls = len(contributors) * current.pulls_per_node
         width = self._params.width(total_pulls)
         outcome = eliminate(
-            means, {node: width for node in current.nodes}, self._params.smoothness
+            means,
+            {node: width for node in current.nodes},
+            self._params.smoothness,
+            self._params.max_survivors,
         )
         next_start = current.start + current.length
         # Build the next phase before touching any state: a failure leaves the state unchanged.

@@ -10,6 +10,13 @@
   with ``- u^e1`` instead of ``- u^e2``, which would put positive values away from ``x = 1/2``
   and contradict the plotted function, so we read it as a typo.
 
+* Bumps2D (ours, for a 2-D heterogeneous benchmark): on ``[0, 1]^2``,
+  ``f(x) = exp(-|x - a|^2 / (2 * 0.06^2)) + 0.85 exp(-|x - b|^2 / (2 * 0.2^2))``: a narrow
+  global peak at ``a`` and a broad, lower one at ``b`` (``|a - b| >= 0.45``), both drawn from
+  the problem's seed; ``f*`` is found numerically (grid, then Nelder-Mead). With a large
+  perturbation (``A = 0.3``) many clients' own maximisers sit on the broad peak, which is
+  wrong for the federation.
+
 Client objectives (a choice: the paper adds "a (consistent) unit-normal random perturbation",
 a constant offset per client that never changes anyone's argmax): client ``m`` sees
 ``f(x) + p_m(x)`` with smooth ``p_m = (A/2) (s_m - mean_j s_j)``, ``s_m(x) = sin(2 pi w_m.x +
@@ -32,6 +39,9 @@ GARLAND_ARGMAX = math.pi / 6.0
 GARLAND_MAX = GARLAND_ARGMAX * (1.0 - GARLAND_ARGMAX) * 4.0
 DOUBLE_SINE_ARGMAX = 0.5
 DOUBLE_SINE_MAX = 0.0
+PROBLEMS = ("garland", "doublesine", "bumps2d")
+_BUMP_WIDTHS = (0.06, 0.2)
+_BUMP_HEIGHTS = (1.0, 0.85)
 
 
 def _first_coordinate(x: np.ndarray) -> np.ndarray:
@@ -60,12 +70,35 @@ def double_sine(x: np.ndarray, rho1: float = 0.3, rho2: float = 0.8) -> np.ndarr
     return out
 
 
+def bumps2d(x: np.ndarray, centres: np.ndarray) -> np.ndarray:
+    """Two Gaussian bumps on ``[0, 1]^2`` (``centres`` of shape ``(2, 2)``); input ``(n, 2)``."""
+    x = np.atleast_2d(np.asarray(x, dtype=float))
+    out = np.zeros(x.shape[0])
+    for centre, width, height in zip(centres, _BUMP_WIDTHS, _BUMP_HEIGHTS, strict=True):
+        out += height * np.exp(-np.sum((x - centre) ** 2, axis=1) / (2.0 * width**2))
+    return out
+
+
+def _bumps2d_max(centres: np.ndarray) -> float:
+    from scipy.optimize import minimize
+
+    grid = np.stack(np.meshgrid(*[np.linspace(0.0, 1.0, 201)] * 2), axis=-1).reshape(-1, 2)
+    start = grid[np.argmax(bumps2d(grid, centres))]
+    found = minimize(
+        lambda z: -bumps2d(np.clip(z, 0.0, 1.0)[None], centres)[0],
+        start,
+        method="Nelder-Mead",
+        options={"xatol": 1e-10, "fatol": 1e-13},
+    )
+    return float(max(-found.fun, bumps2d(start[None], centres)[0]))
+
+
 @dataclass(frozen=True)
 class FederatedProblem:
     """A federated version of a synthetic function.
 
     Attributes:
-        name: ``"garland"`` or ``"doublesine"``.
+        name: One of :data:`PROBLEMS`.
         dim: Input dimension.
         f_star: The global maximum.
         f_min: The global minimum (used for the reward map).
@@ -73,6 +106,7 @@ class FederatedProblem:
         noise: Half-width of the uniform reward noise.
         frequencies: ``w_m``, shape ``(M, dim)``.
         phases: ``phi_m``, shape ``(M,)``.
+        centres: Bumps2D's peak centres ``(a, b)``, shape ``(2, 2)`` (``None`` otherwise).
     """
 
     name: str
@@ -83,6 +117,7 @@ class FederatedProblem:
     noise: float
     frequencies: np.ndarray
     phases: np.ndarray
+    centres: np.ndarray | None = None
 
     @property
     def n_clients(self) -> int:
@@ -101,6 +136,8 @@ class FederatedProblem:
         """The global objective ``f`` (noise-free, raw units)."""
         if self.name == "garland":
             return garland(x)
+        if self.name == "bumps2d":
+            return bumps2d(x, self.centres)
         return double_sine(x)
 
     def perturbations(self, x: np.ndarray) -> np.ndarray:
@@ -151,20 +188,21 @@ def make_federated_problem(
     noise: float = 0.1,
     seed: int = 0,
 ) -> FederatedProblem:
-    """Build a federated Garland or DoubleSine problem (see the module docstring).
+    """Build a federated Garland, DoubleSine or Bumps2D problem (see the module docstring).
 
     Args:
-        name: ``"garland"`` or ``"doublesine"``.
+        name: One of :data:`PROBLEMS`.
         n_clients: ``M >= 1``.
         perturbation: ``A >= 0``, the bound on each client's perturbation.
         noise: Half-width of the uniform reward noise (``>= 0``; the paper: 0.1 in PyXAB runs).
-        seed: Seed of the clients' perturbation frequencies and phases.
+        seed: Seed of the clients' perturbation frequencies and phases (and of Bumps2D's
+            peak centres).
 
     Returns:
         The problem.
     """
-    if name not in ("garland", "doublesine"):
-        raise ValueError(f"name must be 'garland' or 'doublesine', got {name!r}.")
+    if name not in PROBLEMS:
+        raise ValueError(f"name must be one of {PROBLEMS}, got {name!r}.")
     if isinstance(n_clients, bool) or not isinstance(n_clients, int) or n_clients < 1:
         raise ValueError(f"n_clients must be a positive int, got {n_clients!r}.")
     if not (math.isfinite(perturbation) and perturbation >= 0.0):
@@ -172,19 +210,28 @@ def make_federated_problem(
     if not (math.isfinite(noise) and noise >= 0.0):
         raise ValueError(f"noise must be >= 0, got {noise!r}.")
     rng = np.random.default_rng(seed)
-    frequencies = rng.uniform(-3.0, 3.0, size=(n_clients, 1))
+    dim = 2 if name == "bumps2d" else 1
+    frequencies = rng.uniform(-3.0, 3.0, size=(n_clients, dim))
     phases = rng.uniform(0.0, 2.0 * np.pi, size=n_clients)
+    centres = None
     if name == "garland":
         f_star, f_min = GARLAND_MAX, 0.0
-    else:
+    elif name == "doublesine":
         f_star, f_min = DOUBLE_SINE_MAX, -1.0
+    else:
+        while True:
+            centres = rng.uniform(0.1, 0.9, size=(2, 2))
+            if np.linalg.norm(centres[0] - centres[1]) >= 0.45:
+                break
+        f_star, f_min = _bumps2d_max(centres), 0.0
     return FederatedProblem(
         name=name,
-        dim=1,
+        dim=dim,
         f_star=f_star,
         f_min=f_min,
         perturbation=float(perturbation),
         noise=float(noise),
         frequencies=frequencies,
         phases=phases,
+        centres=centres,
     )
