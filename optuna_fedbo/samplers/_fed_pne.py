@@ -50,12 +50,13 @@ class FedPNEPhaseTimeout(RuntimeError):
 class FedPNESampler(BaseSampler):
     """A participant of Fed-PNE / DP-Fed-PNE over a :class:`~optuna_fedbo.Federation`.
 
-    Each completed trial is one *pull* of Algorithm 1: the sampler gives the trial the
-    representative point (the centre, by default) of the next pending node of the current
-    phase, each node of ``K^p`` ``t`` times in a row, in index order. The objective value is
-    rescaled to a reward in ``[0, 1]`` from the federation's ``value_range`` and the study's
-    direction (values outside are clipped and counted: :attr:`n_clipped`, a warning, and the
-    trial attribute ``fedpne:clipped``). When the participant's pulls of the phase are done,
+    Each completed trial is one *pull* of Algorithm 1: the sampler gives the trial a point of
+    the next pending node of the current phase (a uniform point of the node's cell with the
+    default ``variant="tuning"``, the cell centre with ``variant="paper"``), each node of
+    ``K^p`` ``t`` times in a row, in index order. The objective value is rescaled to a reward in
+    ``[0, 1]`` from the federation's ``value_range`` widened by its ``noise_bound`` and the
+    study's direction (values outside are clipped and counted: :attr:`n_clipped`, one warning
+    at the first, and the trial attribute ``fedpne:clipped``). When the participant's pulls of the phase are done,
     ``after_trial`` averages the rewards per node (adding ``N(0, sigma^2)`` to each reward first
     under DP-Fed-PNE, from OS entropy) and uploads the node means; errors there are logged, never
     raised into ``study.optimize``. The next trial waits for the server to publish the next
@@ -147,7 +148,14 @@ class FedPNESampler(BaseSampler):
         return self._config.guarantee(self.federation.n_clients)
 
     def recommended_params(self) -> dict[str, Any]:
-        """The centre of the current best node ``(h^p, i^p)`` (the root before any close)."""
+        """The parameters to deploy: the centre of the current best node ``(h^p, i^p)``.
+
+        That is the node with the largest estimated global mean among the deepest nodes the
+        server has decided on (a survivor of the last closed phase; the root before any
+        close). It is the same for every participant, and it is an estimate of the *global*
+        objective (the participants' average), not of this participant's own: unlike
+        ``study.best_params``, it is neither the luckiest noisy value nor the last pull.
+        """
         return self.channel.recommended_params()
 
     def status(self) -> FedPNEStatus:
@@ -395,12 +403,17 @@ class FedPNESampler(BaseSampler):
             storage.set_trial_system_attr(trial._trial_id, CLIPPED_ATTR, True)
             with self._lock:
                 self._n_clipped += 1
-            lo, hi = self._config.value_range
-            _logger.warning(
-                f"{self.client_id}: trial {trial.number}'s value {values[0]!r} lies outside "
-                f"value_range [{lo}, {hi}]; its reward is clipped to {reward} "
-                f"({self._n_clipped} clipped so far)."
-            )
+                first = self._n_clipped == 1
+            if first:
+                lo, hi = self._config.reward_range
+                _logger.warning(
+                    f"{self.client_id}: trial {trial.number}'s value {values[0]!r} lies outside "
+                    f"[{lo}, {hi}] (value_range widened by noise_bound); its reward is clipped "
+                    f"to {reward}, which biases the node means. Widen value_range or set "
+                    "noise_bound in FedPNEConfig. Further clipped values are not logged one by "
+                    "one: they are counted in FedPNESampler.n_clipped, marked with the trial "
+                    f"attribute {CLIPPED_ATTR!r} and the count is logged with each upload."
+                )
         view = self.channel.view()
         phase = view.phase
         if phase.index != phase_index:
@@ -432,8 +445,10 @@ class FedPNESampler(BaseSampler):
             sent = self.channel.upload(self.client_id, phase, means)
             self._uploaded.add(phase.index)
         if sent:
+            clipped = f" ({self._n_clipped} clipped values so far)" if self._n_clipped else ""
             _logger.info(
-                f"{self.client_id}: uploaded {len(means)} node means of phase {phase.index}."
+                f"{self.client_id}: uploaded {len(means)} node means of phase "
+                f"{phase.index}{clipped}."
             )
         else:
             _logger.warning(
