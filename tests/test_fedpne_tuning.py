@@ -38,6 +38,7 @@ def test_tuning_schedule_is_flat_and_scaled_by_the_dp_variance() -> None:
     assert [params.tau(h) for h in range(12)] == [10] * 12
     assert [params.pulls_per_client(h) for h in range(12)] == [1] * 12
     assert FedPNEParams.tuning(200, 1).node_pulls == 2
+    assert FedPNEParams.tuning(200, 10, dim=2).max_survivors == 4
     assert FedPNEParams.tuning(200, 4, node_pulls=10).pulls_per_client(7) == 3  # ceil(10 / 4)
     privacy = RewardPrivacy(4.0, 1e-5)
     private = FedPNEParams.tuning(200, 10, privacy=privacy)

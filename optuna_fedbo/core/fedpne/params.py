@@ -132,8 +132,9 @@ class FedPNEParams:
         horizon: int,
         n_clients: int,
         *,
+        dim: int = 1,
         node_pulls: int | None = None,
-        max_survivors: int = 3,
+        max_survivors: int | None = None,
         privacy: RewardPrivacy | None = None,
         max_phase_nodes: int = 100_000,
     ) -> FedPNEParams:
@@ -152,12 +153,16 @@ class FedPNEParams:
           every node equally often, Section 3.1) is kept. On Garland, DoubleSine and Bumps2D
           (``benchmarks/fedpne_tuning.py``) one pull per client and node did best for
           ``M = 2..20``; ``n = 10`` cost up to 3x the regret at ``M = 2``.
-        * **Beam** (``max_survivors``): Eqn. (1) with ``nu1 = 1`` in reward units eliminates
+        * **Beam** (``max_survivors``, default ``2 + dim``, ``dim`` the dimension of the
+          partitioned cube): Eqn. (1) with ``nu1 = 1`` in reward units eliminates
           nothing until ``nu1 rho^h`` is small, so the node set doubles phase after phase. The
           beam keeps the ``S`` best-estimated survivors, so a phase holds at most ``k S``
           nodes. It can cut the node of the optimum when the estimates are within noise of
           each other (Lemma B.3 no longer holds); at that point the kept nodes are about as
-          good, which is what costs little regret at small budgets.
+          good, which is what costs little regret at small budgets. A wider beam explores
+          more and exploits less: on Garland and DoubleSine (1-D) ``S = 3`` had 10-25% less
+          cumulative regret than ``S = 4``; on Bumps2D ``S = 4`` found the narrow global peak
+          more often (recommendation regret 0.144 vs 0.177) at the same cumulative regret.
 
         The widths ``b_{h,i}`` and the rule of Eqn. (1) are unchanged (with the paper's
         experimental ``c = 0.1, c1 = 1, delta = 1/M``). Use the plain constructor for the
@@ -169,7 +174,7 @@ class FedPNEParams:
             privacy=privacy,
             max_phase_nodes=max_phase_nodes,
             node_pulls=max(2, n_clients) if node_pulls is None else node_pulls,
-            max_survivors=max_survivors,
+            max_survivors=2 + _positive_int("dim", dim) if max_survivors is None else max_survivors,
         )
 
     # ----------------------------------------------------------------------------- derived

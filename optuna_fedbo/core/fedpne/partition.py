@@ -21,6 +21,20 @@ Choices the paper leaves open, made here:
   "pre-defined point in the node as in Azar et al. [2014]" used by the analysis (Section 3.1);
   ``"uniform"`` draws a fresh uniform point in the cell for every pull ("uniformly sampled from
   the node as in Bubeck et al. [2011]"), which needs an explicit ``rng``.
+
+Why uniform pulls keep the analysis (Section 3.1 says "the regret analysis will only be
+slightly different"; the argument, spelled out): with uniform pulls a node's global mean
+estimates the cell average ``fbar_{h,i} = E_{x ~ U(P_{h,i})} f(x)`` instead of
+``f(x_{h,i})``. Every client still pulls every node ``t`` times with independent bounded rewards,
+so Lemma B.2 (Hoeffding) holds for ``|fbar_{h,i} - mu_{h,i}|`` with the same width ``b_{h,i}``.
+Lemma B.3 needs ``fbar + nu1 rho^h >= f*`` for the node holding ``x*``: Assumption 2 with
+``x = x*`` gives ``f* - f(y) <= max(0, l(x*, y)) <= diam(P_{h,i}) <= nu1 rho^h`` for *every*
+``y`` of that cell, hence for its average. Lemma B.4 then bounds ``f* - fbar_{h,i} <=
+6 nu1 rho^h`` for survivors, so ``f* - sup_{P_{h,i}} f <= 6 nu1 rho^h`` and Lemma B.5 makes
+every point of their children ``12 nu1 rho^h``-optimal: Eqn. (24), which is all the regret
+proof (Eqns. 25-31) uses of a pulled point. The bound of Theorem 3.1 is unchanged. What changes
+in practice: pulls explore the whole cell, so the points tried are not restricted to dyadic
+centres, while nodes are ranked by their average value rather than their centre's.
 """
 
 from __future__ import annotations
