@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
 
 import numpy as np
@@ -14,7 +13,6 @@ import pytest
 from optuna_fedbo.core.fedpne import FedPNEParams
 from optuna_fedbo.core.fedpne import Node
 from optuna_fedbo.core.fedpne.synthetic import make_federated_problem
-from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FedPNEConfig
 from optuna_fedbo.federation import simulate_fedpne
 from optuna_fedbo.samplers._fed_pne import FedPNESampler
@@ -23,7 +21,6 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 UNIT = {"x": FloatDistribution(0.0, 1.0)}
 PLANE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
-_names = itertools.count()
 
 
 @pytest.fixture
@@ -176,17 +173,3 @@ def test_tuning_default_beats_the_paper_preset_and_random_search_through_optuna(
         assert np.mean(regret["tuning"]) < 0.7 * np.mean(regret["paper"])
         assert np.mean(regret["tuning"]) < 0.4 * np.mean(regret["random"])
         assert np.mean(recommendation["tuning"]) < np.mean(recommendation["paper"])
-
-
-def test_a_loaded_federation_created_before_variants_keeps_the_paper_algorithm() -> None:
-    config = FedPNEConfig(horizon=50, variant="paper")
-    data = config.to_dict()
-    for key in ("variant", "noise_bound", "max_survivors", "node_pulls"):
-        data.pop(key, None)
-    loaded = type(config).from_dict(data)
-    assert loaded.variant == "paper"
-    assert loaded.params(4) == FedPNEParams(50, 4)
-    fed = Federation.create(
-        f"pne-variants-{next(_names)}", search_space=UNIT, n_clients=2, protocol=config
-    )
-    assert Federation.load(fed.name, storage=fed.storage).protocol == config
