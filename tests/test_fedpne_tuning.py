@@ -163,3 +163,19 @@ def test_server_state_with_beam_round_trips() -> None:
     again = FedPNEServerState.from_dict(state.to_dict())
     assert again.to_dict() == state.to_dict()
     assert again.params.max_survivors == 3
+
+
+def test_a_long_run_stops_refining_at_the_floating_point_depth() -> None:
+    params = FedPNEParams.tuning(700, 2, max_survivors=1)
+    problem, result = _run("doublesine", params, seed=0)
+    partition = result.state.partition
+    assert partition.max_depth == 40
+    depths = [r.phase.depth for r in result.state.history]
+    assert max(depths) == partition.max_depth and depths.count(partition.max_depth) > 5
+    best = result.state.recommendation()
+    lower, upper = partition.bounds(best)
+    assert np.all(upper > lower)
+    assert partition.contains(best, result.state.recommended_point())
+    for report in result.state.history:
+        for slot, node in enumerate(report.phase.schedule()):
+            assert partition.contains(node, result.points[0, report.phase.start + slot])

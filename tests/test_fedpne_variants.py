@@ -49,17 +49,17 @@ def _problem_objectives(name: str, n_clients: int, seed: int, noise: float = 0.1
 
 def test_the_paper_variant_is_the_old_configuration_exactly() -> None:
     paper = FedPNEConfig(horizon=300, variant="paper")
-    assert paper.params(10, dim=2) == FedPNEParams(horizon=300, n_clients=10)
+    assert paper.params(10, dim=2) == FedPNEParams(300, 10, max_phase_nodes=10_000)
     partition = paper.partition(2, seed=4)
     assert (partition.representative, partition.split) == ("centre", "random")
     theory = FedPNEConfig(horizon=300, variant="paper", constants="theory")
-    assert theory.params(10) == FedPNEParams.theory(300, 10)
+    assert theory.params(10) == FedPNEParams.theory(300, 10, max_phase_nodes=10_000)
 
 
 def test_the_tuning_variant_is_the_default() -> None:
     config = FedPNEConfig(horizon=200)
     assert config.variant == "tuning"
-    assert config.params(10, dim=2) == FedPNEParams.tuning(200, 10, dim=2)
+    assert config.params(10, dim=2) == FedPNEParams.tuning(200, 10, dim=2, max_phase_nodes=10_000)
     partition = config.partition(2, seed=4)
     assert (partition.representative, partition.split) == ("uniform", "longest")
     custom = FedPNEConfig(horizon=200, max_survivors=6, node_pulls=4, representative="centre")
@@ -123,7 +123,7 @@ def test_tuning_pulls_lie_anywhere_in_their_cells_and_skip_eliminated_nodes(
         node = Node.from_key(row["node"])
         point = np.array([row[f"params_{n}"] for n in space])
         assert partition.contains(node, point)
-        centres += bool(np.allclose(point, partition.centre(node)))
+        centres += bool(np.array_equal(point, partition.centre(node)))
     assert centres == 0
     eliminated: set[Node] = set()
     for report in result.reports:

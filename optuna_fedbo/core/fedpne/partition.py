@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+import math
 from typing import Any
 
 import numpy as np
@@ -217,6 +218,16 @@ class Partition:
         return f"Partition({args})"
 
     # ----------------------------------------------------------------------------- tree
+    @property
+    def max_depth(self) -> int:
+        """The deepest depth that is split further: cells shrink by ``2^-40`` per coordinate.
+
+        The paper's tree is infinite; in floating point a cell narrower than about ``1e-12``
+        of the unit interval would collapse. Fed-PNE's phases stop refining there and pull the
+        surviving nodes again (only runs of thousands of phases get that deep).
+        """
+        return math.ceil(40 * self.dim / math.log2(self.branching))
+
     def root(self) -> Node:
         """The root ``(0, 1)``: the whole cube."""
         return Node(0, 1)

@@ -15,6 +15,9 @@ Choices the paper leaves open (each is documented where it is implemented):
 * **Recommendation.** The best node ``(h^p, i^p)`` of the last closed phase (the root before the
   first close). The paper never shrinks ``K^p`` to one node (survivors always have ``k >= 2``
   children), so Fed-PNE keeps refining until the horizon.
+* **Depth.** The tree is finite in floating point: past :attr:`Partition.max_depth` the
+  survivors are pulled again instead of split (only the tuning variant's short phases get
+  there, after hundreds of phases).
 * **Missing clients.** The protocol is synchronous (Section 2.3). ``close_phase(force=True)``
   closes with the clients that reported, averaging over them and using ``T_{h,i} = M' t`` with
   ``M'`` reporters. That estimates the reporters' average objective, not the federation's: a
@@ -400,10 +403,12 @@ class FedPNEServerState:
         )
         next_start = current.start + current.length
         # Build the next phase before touching any state: a failure leaves the state unchanged.
+        if current.depth < self._partition.max_depth:
+            next_nodes = children_of(outcome.survivors, self._partition)
+        else:
+            next_nodes = outcome.survivors  # cells as small as floating point allows
         next_phase = self._make_phase(
-            index=current.index + 1,
-            nodes=children_of(outcome.survivors, self._partition),
-            start=next_start,
+            index=current.index + 1, nodes=next_nodes, start=next_start
         )
         report = PhaseReport(
             phase=current,

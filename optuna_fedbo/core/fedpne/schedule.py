@@ -91,7 +91,8 @@ def expand_until_enough(
     tau_of_depth: Callable[[int], int],
     max_nodes: int,
 ) -> tuple[tuple[Node, ...], int]:
-    """Algorithm 2, lines 5-7: expand ``K^p`` while ``|K^p| tau_h <= M`` or ``tau_h <= 1``.
+    """Algorithm 2, lines 5-7: expand ``K^p`` while ``|K^p| tau_h <= M`` or ``tau_h <= 1``
+    (and the nodes are shallower than :attr:`Partition.max_depth`).
 
     Args:
         nodes: The node set ``K^p`` (all of one depth ``h``, non-empty).
@@ -113,7 +114,9 @@ def expand_until_enough(
         )
     depth = depths.pop()
     current = tuple(sorted(nodes))
-    while len(current) * tau_of_depth(depth) <= n_clients or tau_of_depth(depth) <= 1:
+    while depth < partition.max_depth and (
+        len(current) * tau_of_depth(depth) <= n_clients or tau_of_depth(depth) <= 1
+    ):
         if len(current) * partition.branching > max_nodes:
             raise ValueError(
                 f"Expanding the phase at depth {depth} would exceed max_phase_nodes={max_nodes} "

@@ -169,7 +169,7 @@ class FedPNEChannel:
         self.federation = federation
         self.config: FedPNEConfig = config
         self.space = NodeSpace(federation.encoder)
-        self.params: FedPNEParams = config.params(federation.n_clients)
+        self.params: FedPNEParams = config.params(federation.n_clients, self.space.dim)
         self.partition: Partition = config.partition(self.space.dim, federation.seed)
         # Phase 1 follows from the configuration alone (Algorithm 2, lines 2 and 5-8).
         self.initial_phase: Phase = FedPNEServerState(self.params, self.partition).current_phase()

@@ -10,11 +10,33 @@ split dimensions, so everyone builds the same tree).
 
 Choices the paper leaves open, made here (the core documents its own):
 
+* **Variant.** ``variant="tuning"`` (default) is Fed-PNE for tuning budgets (tens to a few
+  hundred trials per participant); ``variant="paper"`` is Algorithms 1-2 exactly (with the
+  options below). The tuning variant departs from the paper in four places, each because the
+  paper's choice is sized for horizons of thousands of pulls (measured in
+  ``benchmarks/fedpne_tuning.py``):
+
+  - pulls land on a uniform point of the node's cell, not its centre. The paper allows it
+    (Section 3.1) and its regret bound still holds (the argument is in
+    :mod:`optuna_fedbo.core.fedpne.partition`); the points tried are no longer a dyadic grid;
+  - cells are split along their longest side (``split="longest"``), so their diameter shrinks
+    as fast as possible (Assumption 2) instead of by chance;
+  - every node gets one pull per participant whatever its depth (``node_pulls = max(2, M)``
+    in total, times ``1 + 4 sigma^2`` under DP) instead of Eqn. (3)'s ``4^h`` growth, which at
+    ``T = 200`` ends the run inside a phase that pulls far nodes until the horizon;
+  - at most ``max_survivors`` (default ``2 + D`` for ``D`` partitioned coordinates) nodes
+    survive a phase, the best estimated first, after Eqn. (1), which with ``nu1 = 1`` removes
+    next to nothing at shallow depths. This gives up Lemma B.3's guarantee that the optimal
+    node is never eliminated; see :meth:`FedPNEParams.tuning`.
+
 * **Rewards.** Algorithm 1 needs rewards in ``[0, 1]`` (Hoeffding, Lemma B.2; the DP sensitivity
-  of Remark D.1). A participant maps its objective value ``v`` to
-  ``(v - lo) / (hi - lo)`` when its study maximizes and ``(hi - v) / (hi - lo)`` when it
-  minimizes, with ``value_range = (lo, hi)``; values outside the range are clipped to ``[0, 1]``
-  and counted (a warning each time, and a trial attribute).
+  of Remark D.1). ``value_range = (lo, hi)`` bounds the *noise-free* objective and
+  ``noise_bound = B`` its observation noise; a participant maps its objective value ``v`` to
+  ``(v - lo + B) / (hi - lo + 2B)`` when its study maximizes and ``(hi + B - v) / (hi - lo +
+  2B)`` when it minimizes. The map is affine, so a noisy value is never clipped and the node
+  means stay unbiased estimates (of an affine image of ``f``, which Eqn. (1) compares
+  consistently). Values outside ``[lo - B, hi + B]`` are clipped to ``[0, 1]`` and counted
+  (one warning per participant, a count, and a trial attribute).
 * **Search space.** The partition lives on one coordinate per non-constant parameter of the
   federation's search space (constant parameters are left out: splitting them would create
   identical children). Numeric parameters use the unit-cube encoding of
@@ -38,6 +60,7 @@ Choices the paper leaves open, made here (the core documents its own):
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 import math
 from typing import Any
@@ -59,6 +82,7 @@ from optuna_fedbo.federation.config import ProtocolConfig
 from optuna_fedbo.search_space import SearchSpaceEncoder
 
 CONSTANT_PRESETS = ("experiments", "theory")
+VARIANTS = ("tuning", "paper")
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -94,8 +118,16 @@ class FedPNEConfig(ProtocolConfig):
 
     Args:
         horizon: ``T``, the number of pulls (completed trials) per participant.
-        value_range: ``(lo, hi)``: objective values are rescaled to rewards in ``[0, 1]`` from
-            this range with each study's direction; values outside are clipped and counted.
+        value_range: ``(lo, hi)``, the range of the noise-free objective; with
+            ``noise_bound`` it rescales objective values to rewards in ``[0, 1]`` with each
+            study's direction; values outside ``[lo - noise_bound, hi + noise_bound]`` are
+            clipped and counted.
+        noise_bound: ``B >= 0``, a bound on the observation noise of one trial's value (e.g.
+            the spread of a validation score between runs), so that noisy values are mapped
+            without clipping (unbiased node means).
+        variant: ``"tuning"`` (default: uniform pulls, longest-side splits, one pull per
+            participant and node, a beam of ``max_survivors`` nodes) or ``"paper"`` (Algorithms
+            1-2 as published: cell centres, random splits, Eqn. (3), Eqn. (1) only).
         branching: ``k``, the number of children of a node (2: the paper's binary partition).
         nu1: Smoothness constant ``nu1``.
         rho: Smoothness constant ``rho`` in ``(0, 1)``.
@@ -107,9 +139,14 @@ class FedPNEConfig(ProtocolConfig):
             Appendix E.1.5) or ``"theory"`` (Lemma B.2 and Theorem 3.1: ``c = 2``,
             ``c1 = (2M)^(1/8)``, ``delta = 1/M``).
         split: Split dimension of a node: ``"random"`` (the paper's experiments; drawn from the
-            federation's public seed) or ``"longest"`` (the longest side).
-        representative: The point a pull evaluates: ``"centre"`` (the analysed strategy, and the
-            default) or ``"uniform"`` (a fresh uniform point of the node per pull).
+            federation's public seed) or ``"longest"`` (the longest side); ``None``: the
+            variant's (``"longest"`` for tuning, ``"random"`` for the paper).
+        representative: The point a pull evaluates: ``"centre"`` (the analysed strategy) or
+            ``"uniform"`` (a fresh uniform point of the node per pull); ``None``: the variant's
+            (``"uniform"`` for tuning, ``"centre"`` for the paper).
+        max_survivors: Tuning variant only: the beam width (``None``: ``2 + D``).
+        node_pulls: Tuning variant only: the pulls of a node over all participants (``None``:
+            ``max(2, M)``, one per participant).
         dp_epsilon: DP-Fed-PNE's ``epsilon``; ``None`` (with ``dp_delta``) for plain Fed-PNE.
         dp_delta: DP-Fed-PNE's ``delta`` in ``(0, 1)``.
         dp_adjust_confidence: Multiply ``c`` by ``sqrt(1 + 4 sigma^2)`` under DP (Lemma D.3).
@@ -120,6 +157,8 @@ class FedPNEConfig(ProtocolConfig):
 
     horizon: int
     value_range: tuple[float, float] = (0.0, 1.0)
+    noise_bound: float = 0.0
+    variant: str = "tuning"
     branching: int = 2
     nu1: float = 1.0
     rho: float = 0.5
@@ -127,8 +166,10 @@ class FedPNEConfig(ProtocolConfig):
     c1: float = 1.0
     delta: float | None = None
     constants: str = "experiments"
-    split: str = "random"
-    representative: str = "centre"
+    split: str | None = None
+    representative: str | None = None
+    max_survivors: int | None = None
+    node_pulls: int | None = None
     dp_epsilon: float | None = None
     dp_delta: float | None = None
     dp_adjust_confidence: bool = True
@@ -144,6 +185,21 @@ class FedPNEConfig(ProtocolConfig):
         if not lo < hi:
             raise ValueError(f"value_range must have lo < hi, got {value_range!r}.")
         object.__setattr__(self, "value_range", (lo, hi))
+        noise_bound = _finite("noise_bound", self.noise_bound)
+        if noise_bound < 0.0:
+            raise ValueError(f"noise_bound must be >= 0, got {self.noise_bound!r}.")
+        object.__setattr__(self, "noise_bound", noise_bound)
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}.")
+        for name in ("max_survivors", "node_pulls"):
+            value = getattr(self, name)
+            if value is not None:
+                _positive_int(name, value)
+                if self.variant != "tuning":
+                    raise ValueError(
+                        f"{name} belongs to variant='tuning' (the paper's Algorithm 2 has no "
+                        f"{name}); leave it None with variant={self.variant!r}."
+                    )
         if isinstance(self.branching, bool) or not isinstance(self.branching, int):
             raise ValueError(f"branching must be an integer >= 2, got {self.branching!r}.")
         if self.branching < 2:
@@ -171,9 +227,9 @@ class FedPNEConfig(ProtocolConfig):
                 "constants='theory' fixes c = 2, c1 = (2M)^(1/8) and delta = 1/M (Lemma B.2, "
                 "Theorem 3.1); leave c, c1 and delta at their defaults."
             )
-        if self.split not in SPLIT_RULES:
+        if self.split is not None and self.split not in SPLIT_RULES:
             raise ValueError(f"split must be one of {SPLIT_RULES}, got {self.split!r}.")
-        if self.representative not in REPRESENTATIVES:
+        if self.representative is not None and self.representative not in REPRESENTATIVES:
             raise ValueError(
                 f"representative must be one of {REPRESENTATIVES}, got {self.representative!r}."
             )
@@ -208,8 +264,23 @@ class FedPNEConfig(ProtocolConfig):
             return None
         return RewardPrivacy(self.dp_epsilon, self.dp_delta, self.dp_adjust_confidence)
 
-    def params(self, n_clients: int) -> FedPNEParams:
-        """The core's constants for a federation of ``M = n_clients`` participants."""
+    def params(self, n_clients: int, dim: int = 1) -> FedPNEParams:
+        """The core's constants for ``M = n_clients`` participants on a ``dim``-D partition."""
+        params = self._paper_params(n_clients)
+        if self.variant == "paper":
+            return params
+        tuned = FedPNEParams.tuning(
+            self.horizon,
+            n_clients,
+            dim=dim,
+            node_pulls=self.node_pulls,
+            max_survivors=self.max_survivors,
+        )
+        return dataclasses.replace(
+            params, node_pulls=tuned.node_pulls, max_survivors=tuned.max_survivors
+        )
+
+    def _paper_params(self, n_clients: int) -> FedPNEParams:
         if self.constants == "theory":
             return FedPNEParams.theory(
                 self.horizon,
@@ -233,12 +304,13 @@ class FedPNEConfig(ProtocolConfig):
 
     def partition(self, dim: int, seed: int) -> Partition:
         """The public partition of the ``dim``-dimensional node space (seeded by ``seed``)."""
+        tuning = self.variant == "tuning"
         return Partition(
             dim,
             branching=self.branching,
-            split=self.split,
+            split=self.split or ("longest" if tuning else "random"),
             seed=seed,
-            representative=self.representative,
+            representative=self.representative or ("uniform" if tuning else "centre"),
         )
 
     def guarantee(self, n_clients: int) -> FederatedDPGuarantee | None:
@@ -262,8 +334,15 @@ class FedPNEConfig(ProtocolConfig):
             )
         self.params(n_clients)
 
+    @property
+    def reward_range(self) -> tuple[float, float]:
+        """``(lo - noise_bound, hi + noise_bound)``: the values mapped to rewards 0 and 1."""
+        lo, hi = self.value_range
+        return lo - self.noise_bound, hi + self.noise_bound
+
     def reward(self, value: float, direction: StudyDirection) -> tuple[float, bool]:
-        """Rescale an objective value to a reward in ``[0, 1]``.
+        """Rescale an objective value to a reward in ``[0, 1]`` (affinely, from
+        :attr:`reward_range`).
 
         Args:
             value: The finite objective value.
@@ -271,12 +350,12 @@ class FedPNEConfig(ProtocolConfig):
 
         Returns:
             ``(reward, clipped)``; ``clipped`` tells whether ``value`` lay outside
-            ``value_range``.
+            :attr:`reward_range`.
         """
         value = float(value)
         if not math.isfinite(value):
             raise ValueError(f"The objective value must be finite, got {value!r}.")
-        lo, hi = self.value_range
+        lo, hi = self.reward_range
         if direction == StudyDirection.MINIMIZE:
             raw = (hi - value) / (hi - lo)
         else:
