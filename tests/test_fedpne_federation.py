@@ -43,7 +43,7 @@ def _propagate_optuna_logs():
 
 
 def _federation(n_clients: int = 3, storage=None, join: bool = True, **protocol) -> Federation:
-    config = FedPNEConfig(**{"horizon": 200, **protocol})
+    config = FedPNEConfig(**{"horizon": 200, "variant": "paper", **protocol})
     fed = Federation.create(
         f"pne-{next(_names)}",
         search_space=SPACE,
@@ -188,7 +188,7 @@ def test_the_server_is_dispatched_and_phase_one_is_public() -> None:
     server = FederationServer(fed)
     assert isinstance(server, FedPNEServer)
     channel = FedPNEChannel(fed)
-    core = FedPNEServerState(FedPNEConfig(horizon=200).params(3), Partition(2, seed=5))
+    core = FedPNEServerState(FedPNEConfig(horizon=200, variant="paper").params(3), Partition(2, seed=5))
     assert server.phase == channel.view().phase == core.current_phase()
     assert server.open_round == 0 and not server.finished
 
@@ -199,7 +199,7 @@ def test_a_phase_closes_only_when_everyone_uploaded_and_matches_the_core() -> No
     channel = FedPNEChannel(fed)
     phase = channel.view().phase
     core = FedPNEServerState(
-        FedPNEConfig(horizon=200).params(3), Partition(2, seed=5), ["c0", "c1", "c2"]
+        FedPNEConfig(horizon=200, variant="paper").params(3), Partition(2, seed=5), ["c0", "c1", "c2"]
     )
     _upload_all(fed, channel, phase, clients=[0, 1])
     assert server.step() is None
@@ -289,7 +289,7 @@ def test_timeout_policy_closes_with_the_reporters() -> None:
     _upload_all(fed, channel, phase, clients=[1])
     report = server.step()
     assert report is not None and report.reason == "timeout"
-    params = FedPNEConfig(horizon=200).params(3)
+    params = FedPNEConfig(horizon=200, variant="paper").params(3)
     # A forced close uses T_{h,i} = M' t with the M' = 2 reporters.
     assert report.phase_report.total_pulls == 2 * phase.pulls_per_node
     assert report.phase_report.width == pytest.approx(params.width(2 * phase.pulls_per_node))
