@@ -8,8 +8,9 @@ shard (deterministic); the federation's objective is the average ``f = (1/N) sum
 accuracy that is best *on average across sites*. Regret is ``f* - f(x)`` with ``f*`` the best
 value of ``f`` found on a 25 x 25 grid of the encoded square or by any method in the table.
 
-* Fed-PNE and DP-Fed-PNE (``epsilon = 4, delta = 1e-5``): ``FedPNESampler`` in lock-step,
-  ``value_range = (0, 1)`` (rewards are accuracies), paper constants;
+* Fed-PNE (the default ``variant="tuning"``), its paper preset (``variant="paper"``) and
+  DP-Fed-PNE (``epsilon = 4, delta = 1e-5``, tuning variant): ``FedPNESampler`` in lock-step,
+  ``value_range = (0, 1)`` (rewards are accuracies);
 * per-site TPE on ``f_m`` (no communication);
 * HCT run centrally on ``f`` itself (PyXAB, ``nu = 1, rho = 0.75``), which no site can evaluate;
 * uniform random search (log-uniform in both parameters).
@@ -187,6 +188,7 @@ def main() -> None:
     horizon = args.horizon
     methods = {
         "Fed-PNE": lambda s: run_fedpne(sites, horizon, s),
+        "Fed-PNE (paper preset)": lambda s: run_fedpne(sites, horizon, s, variant="paper"),
         "DP-Fed-PNE eps=4": lambda s: run_fedpne(sites, horizon, s, dp_epsilon=4.0, dp_delta=1e-5),
         "per-site TPE": lambda s: run_tpe(sites, horizon, s),
         "uniform random": lambda s: run_random(sites, horizon, s),

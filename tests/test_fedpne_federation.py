@@ -188,7 +188,9 @@ def test_the_server_is_dispatched_and_phase_one_is_public() -> None:
     server = FederationServer(fed)
     assert isinstance(server, FedPNEServer)
     channel = FedPNEChannel(fed)
-    core = FedPNEServerState(FedPNEConfig(horizon=200, variant="paper").params(3), Partition(2, seed=5))
+    core = FedPNEServerState(
+        FedPNEConfig(horizon=200, variant="paper").params(3), Partition(2, seed=5)
+    )
     assert server.phase == channel.view().phase == core.current_phase()
     assert server.open_round == 0 and not server.finished
 
@@ -199,7 +201,9 @@ def test_a_phase_closes_only_when_everyone_uploaded_and_matches_the_core() -> No
     channel = FedPNEChannel(fed)
     phase = channel.view().phase
     core = FedPNEServerState(
-        FedPNEConfig(horizon=200, variant="paper").params(3), Partition(2, seed=5), ["c0", "c1", "c2"]
+        FedPNEConfig(horizon=200, variant="paper").params(3),
+        Partition(2, seed=5),
+        ["c0", "c1", "c2"],
     )
     _upload_all(fed, channel, phase, clients=[0, 1])
     assert server.step() is None

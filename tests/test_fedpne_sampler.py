@@ -79,7 +79,10 @@ def test_lock_step_optuna_run_reproduces_the_core_simulator_exactly() -> None:
     n_clients, horizon = 5, 300
     problem, objectives = _garland_objectives(n_clients)
     result = simulate_fedpne(
-        objectives, search_space=UNIT, protocol=FedPNEConfig(horizon=horizon, variant="paper"), seed=0
+        objectives,
+        search_space=UNIT,
+        protocol=FedPNEConfig(horizon=horizon, variant="paper"),
+        seed=0,
     )
     core = core_simulate(
         [lambda x, m=m: problem.to_reward(problem.client_value(m, x)) for m in range(n_clients)],

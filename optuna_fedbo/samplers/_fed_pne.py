@@ -56,13 +56,13 @@ class FedPNESampler(BaseSampler):
     ``K^p`` ``t`` times in a row, in index order. The objective value is rescaled to a reward in
     ``[0, 1]`` from the federation's ``value_range`` widened by its ``noise_bound`` and the
     study's direction (values outside are clipped and counted: :attr:`n_clipped`, one warning
-    at the first, and the trial attribute ``fedpne:clipped``). When the participant's pulls of the phase are done,
-    ``after_trial`` averages the rewards per node (adding ``N(0, sigma^2)`` to each reward first
-    under DP-Fed-PNE, from OS entropy) and uploads the node means; errors there are logged, never
-    raised into ``study.optimize``. The next trial waits for the server to publish the next
-    phase (``phase_timeout``). After the horizon ``T`` the sampler keeps evaluating the best node
-    (the paper's ``K^p`` never shrinks to one node before the horizon: every survivor has ``k``
-    children). Only the node means leave the study; the trials stay in it.
+    at the first, and the trial attribute ``fedpne:clipped``). When the participant's pulls of
+    the phase are done, ``after_trial`` averages the rewards per node (adding ``N(0, sigma^2)``
+    to each reward first under DP-Fed-PNE, from OS entropy) and uploads the node means; errors
+    there are logged, never raised into ``study.optimize``. The next trial waits for the server
+    to publish the next phase (``phase_timeout``). After the horizon ``T`` the sampler keeps
+    evaluating the centre of the best node (:meth:`recommended_params`; ``K^p`` never shrinks
+    to one node before the horizon: every survivor has ``k`` children). Only the node means leave the study; the trials stay in it.
 
     Pulls are counted from the study itself (trial attributes ``fedpne:phase``,
     ``fedpne:slot``, ``fedpne:node``): a failed or pruned trial is not a pull and its node is

@@ -174,7 +174,9 @@ class FedPNEParams:
             privacy=privacy,
             max_phase_nodes=max_phase_nodes,
             node_pulls=max(2, n_clients) if node_pulls is None else node_pulls,
-            max_survivors=2 + _positive_int("dim", dim) if max_survivors is None else max_survivors,
+            max_survivors=2 + _positive_int("dim", dim)
+            if max_survivors is None
+            else max_survivors,
         )
 
     # ----------------------------------------------------------------------------- derived

@@ -407,9 +407,7 @@ class FedPNEServerState:
             next_nodes = children_of(outcome.survivors, self._partition)
         else:
             next_nodes = outcome.survivors  # cells as small as floating point allows
-        next_phase = self._make_phase(
-            index=current.index + 1, nodes=next_nodes, start=next_start
-        )
+        next_phase = self._make_phase(index=current.index + 1, nodes=next_nodes, start=next_start)
         report = PhaseReport(
             phase=current,
             means=means,
