@@ -62,7 +62,8 @@ class FedPNESampler(BaseSampler):
     there are logged, never raised into ``study.optimize``. The next trial waits for the server
     to publish the next phase (``phase_timeout``). After the horizon ``T`` the sampler keeps
     evaluating the centre of the best node (:meth:`recommended_params`; ``K^p`` never shrinks
-    to one node before the horizon: every survivor has ``k`` children). Only the node means leave the study; the trials stay in it.
+    to one node before the horizon: every survivor has ``k`` children). Only the node means
+    leave the study; the trials stay in it.
 
     Pulls are counted from the study itself (trial attributes ``fedpne:phase``,
     ``fedpne:slot``, ``fedpne:node``): a failed or pruned trial is not a pull and its node is
