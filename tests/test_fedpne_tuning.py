@@ -56,8 +56,9 @@ def test_params_round_trip_and_old_states_still_load() -> None:
     assert FedPNEParams.from_dict(old) == FedPNEParams(150, 7)
     with pytest.raises(ValueError, match="max_survivors"):
         FedPNEParams(10, 2, max_survivors=0)
-    with pytest.raises(ValueError, match="node_pulls"):
-        FedPNEParams(10, 2, node_pulls=1.5)
+    for bad in (1.5, 1, 0):
+        with pytest.raises(ValueError, match="node_pulls"):
+            FedPNEParams(10, 2, node_pulls=bad)
 
 
 def test_beam_keeps_the_best_means_after_eqn_1() -> None:

@@ -93,6 +93,10 @@ class FedPNEParams:
         for name in ("node_pulls", "max_survivors"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
+        if self.node_pulls == 1:
+            raise ValueError(
+                "node_pulls must be >= 2: with tau_h <= 1 Algorithm 2 (line 5) keeps expanding."
+            )
         # Fail early if log(c1 T / delta) <= 0.
         log_term(self.c1, self.horizon, self.confidence_delta)
 
