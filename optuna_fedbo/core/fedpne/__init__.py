@@ -4,12 +4,14 @@ numpy/scipy only: no Optuna, no storage. Everything lives on the unit cube ``[0,
 
 * :mod:`.partition` -- the k-ary hierarchical partition, nodes, cells, representative points.
 * :mod:`.schedule` -- ``tau_h``, pulls per client, confidence widths, the expansion loop.
-* :mod:`.params` -- :class:`FedPNEParams` (experimental defaults and the theory's constants).
+* :mod:`.params` -- :class:`FedPNEParams` (the paper's experimental defaults, the theory's
+  constants, and :meth:`FedPNEParams.tuning` for tuning budgets).
 * :mod:`.elimination` -- global means and the elimination rule of Eqn. (1).
 * :mod:`.protocol` -- :class:`FedPNEServerState`, the server's phase state machine.
 * :mod:`.client` -- the client side: pull plan and local node means.
 * :mod:`.privacy` -- DP-Fed-PNE noise calibration and its federated DP guarantee.
-* :mod:`.simulate` -- a lock-step simulator; :mod:`.synthetic` -- Garland and DoubleSine.
+* :mod:`.simulate` -- a lock-step simulator; :mod:`.synthetic` -- Garland, DoubleSine and
+  Bumps2D.
 """
 
 from __future__ import annotations

@@ -12,9 +12,12 @@ Choices the paper leaves open (each is documented where it is implemented):
   is published as the *final* phase: clients pull its schedule (node by node, Algorithm 1 line 7)
   until their ``T``-th pull and upload nothing, since no decision follows. When the budget is
   exactly used up the final phase is empty (nothing left to pull). Pulls never exceed ``T``.
-* **Recommendation.** The best node ``(h^p, i^p)`` of the last closed phase (the root before the
-  first close). The paper never shrinks ``K^p`` to one node (survivors always have ``k >= 2``
-  children), so Fed-PNE keeps refining until the horizon.
+* **Recommendation** (what to deploy; the paper measures only cumulative regret). The best
+  node ``(h^p, i^p)`` of the last closed phase (the root before the first close): the largest
+  estimated global mean among the deepest nodes decided on, always a survivor, and the centre
+  of its cell (:meth:`FedPNEServerState.recommended_point`). Not the last pull, and not the
+  best single reward (a noise winner). The paper never shrinks ``K^p`` to one node (survivors
+  always have ``k >= 2`` children), so Fed-PNE keeps refining until the horizon.
 * **Depth.** The tree is finite in floating point: past :attr:`Partition.max_depth` the
   survivors are pulled again instead of split (only the tuning variant's short phases get
   there, after hundreds of phases).
@@ -262,7 +265,7 @@ class FedPNEServerState:
         return not self._phase.final and not self.missing()
 
     def recommendation(self) -> Node:
-        """The best node of the last closed phase (the root before any close)."""
+        """The best node of the last closed phase (the root before any close): a survivor."""
         if not self._history:
             return self._partition.root()
         return self._history[-1].best
