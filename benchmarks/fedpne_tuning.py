@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
+import sys
 import time
 
 import matplotlib
@@ -212,6 +213,7 @@ def main() -> None:
                 start = time.perf_counter()
                 out = method(problem, seed)
                 seconds[label] += time.perf_counter() - start
+                print(f"{name} seed {seed} {label}: {seconds[label]:.0f} s", file=sys.stderr)
                 curve = np.cumsum(regret(problem, out["points"]).mean(axis=0))
                 runs[label].append(
                     {
