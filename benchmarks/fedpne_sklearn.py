@@ -33,6 +33,7 @@ import warnings
 import matplotlib
 
 matplotlib.use("Agg")
+from fedpne_common import table  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import optuna  # noqa: E402
@@ -165,14 +166,6 @@ def run_hct(sites: Sites, horizon: int, seed: int) -> tuple[list, tuple]:
         points.append(point)
         algo.receive_reward(t, sites.average(*point))
     return [points], points[-1]
-
-
-def table(title: str, header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
-    out = [f"### {title}", "", line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    out += [line(r) for r in rows]
-    return "\n".join(out) + "\n"
 
 
 def main() -> None:
