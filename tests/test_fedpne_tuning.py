@@ -14,6 +14,7 @@ from optuna_fedbo.core.fedpne import Node
 from optuna_fedbo.core.fedpne import Partition
 from optuna_fedbo.core.fedpne import RewardPrivacy
 from optuna_fedbo.core.fedpne import simulate_fedpne
+from optuna_fedbo.core.fedpne.elimination import beam_scores
 from optuna_fedbo.core.fedpne.synthetic import make_federated_problem
 
 
@@ -34,7 +35,7 @@ def _run(name: str, params: FedPNEParams, seed: int, representative: str = "unif
 
 def test_tuning_schedule_is_flat_and_scaled_by_the_dp_variance() -> None:
     params = FedPNEParams.tuning(200, 10)
-    assert (params.node_pulls, params.max_survivors) == (10, 3)
+    assert (params.node_pulls, params.max_survivors, params.spread_bonus) == (10, 3, 1.0)
     assert [params.tau(h) for h in range(12)] == [10] * 12
     assert [params.pulls_per_client(h) for h in range(12)] == [1] * 12
     assert FedPNEParams.tuning(200, 1).node_pulls == 2
@@ -75,6 +76,21 @@ def test_beam_keeps_the_best_means_after_eqn_1() -> None:
     assert set(beam.eliminated) | set(beam.survivors) == set(nodes)
     assert set(paper.eliminated) <= set(beam.eliminated)
     assert eliminate(means, widths, lambda h: 0.1, max_survivors=20) == paper
+    # With scores (the spread bonus) the beam ranks by score, but the best mean survives.
+    scores = dict(zip(nodes, [0.5, 0.9, 0.7, 0.95, 0.1, 0.6, 1.2, 0.2]))
+    ranked = eliminate(means, widths, lambda h: 0.1, max_survivors=2, scores=scores)
+    assert [n.index for n in ranked.survivors] == [2, 7] and ranked.best == Node(3, 2)
+
+
+def test_beam_scores_add_the_spread_of_the_participants_means() -> None:
+    a, b = Node(2, 1), Node(2, 2)
+    client_means = {"0": {a: 0.2, b: 0.5}, "1": {a: 0.8, b: 0.5}, "2": {a: 0.5, b: 0.5}}
+    means = {a: 0.5, b: 0.5}
+    scores = beam_scores(client_means, means, 2.0)
+    assert scores[a] == pytest.approx(0.5 + 2.0 * 0.3)  # sample sd of (0.2, 0.8, 0.5) = 0.3
+    assert scores[b] == pytest.approx(0.5)
+    assert beam_scores(client_means, means, None) is None
+    assert beam_scores({"0": client_means["0"]}, means, 1.0) is None
 
 
 @pytest.mark.parametrize("name", ["garland", "bumps2d"])

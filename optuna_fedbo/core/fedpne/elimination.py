@@ -9,8 +9,10 @@ Algorithm 2, lines 11-16 of the Fed-PNE paper:
 * ``K^{p+1}`` = the children of ``K^p \\ E^p`` (line 16).
 
 The tuning preset (:meth:`FedPNEParams.tuning`) adds a beam after Eqn. (1): at most
-``max_survivors`` nodes survive, the largest means first (ties: index order); the rest join
-``E^p``. Without ``max_survivors`` this module is exactly the paper's rule.
+``max_survivors`` nodes survive: the best node, then the largest scores (ties: index order);
+the rest join ``E^p``. The score is the global mean plus ``spread_bonus`` times the sample standard deviation
+of the participants' means of the node (:func:`beam_scores`). Without ``max_survivors`` this
+module is exactly the paper's rule.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ def eliminate(
     widths: Mapping[Node, float],
     smoothness: Callable[[int], float],
     max_survivors: int | None = None,
+    scores: Mapping[Node, float] | None = None,
 ) -> Elimination:
     """Apply the elimination rule (Algorithm 2, lines 14-15).
 
@@ -77,8 +80,9 @@ def eliminate(
         means: ``node -> mu_{h,i}``.
         widths: ``node -> b_{h,i}`` (same keys).
         smoothness: ``h -> nu1 rho^h``.
-        max_survivors: Keep at most this many survivors of Eqn. (1), the largest means first
+        max_survivors: Keep at most this many survivors of Eqn. (1), the largest scores first
             (``None``: the paper, no limit).
+        scores: The beam's ranking (default: the means); see :func:`beam_scores`.
 
     Returns:
         The best node, the eliminated nodes and the survivors.
@@ -103,11 +107,46 @@ def eliminate(
     if max_survivors is not None:
         if max_survivors < 1:
             raise ValueError(f"max_survivors must be >= 1, got {max_survivors}.")
-        ranked = sorted((n for n in nodes if n not in gone), key=lambda n: (-means[n], n))
+        rank = means if scores is None else scores
+        # The best node (the recommendation) always survives; the others by their score.
+        ranked = [best] + sorted(
+            (n for n in nodes if n not in gone and n != best), key=lambda n: (-rank[n], n)
+        )
         gone.update(ranked[max_survivors:])
         eliminated = tuple(node for node in nodes if node in gone)
     survivors = tuple(node for node in nodes if node not in gone)
     return Elimination(best=best, eliminated=eliminated, survivors=survivors)
+
+
+def beam_scores(
+    client_means: Mapping[str, Mapping[Node, float]],
+    means: Mapping[Node, float],
+    spread_bonus: float | None,
+) -> dict[Node, float] | None:
+    """The beam's ranking: ``mu_{h,i} + spread_bonus * sd_m(mu_{m,h,i})`` (``None``: the means).
+
+    With uniform pulls, the participants' means of one node are values at different points of
+    its cell, so their spread grows with the variation of ``f`` inside the cell (plus noise
+    and heterogeneity, which are alike for every node). A cell holding a narrow peak has a
+    lower *average* than a cell on a broad plateau, but a larger spread: the bonus keeps it in
+    the beam until its cells are small enough for the average to show the peak. (The paper's
+    closing section names empirical variances, as in VHCT, as a way to speed Fed-PNE up.)
+
+    Args:
+        client_means: ``client -> {node -> local mean}``.
+        means: ``node -> global mean``.
+        spread_bonus: The weight of the spread; ``None`` or 0 (or a single client): no bonus.
+    """
+    if not spread_bonus or len(client_means) < 2:
+        return None
+    n = len(client_means)
+    scores = {}
+    for node, mean in means.items():
+        values = [float(m[node]) for m in client_means.values()]
+        centre = math.fsum(values) / n
+        spread = math.sqrt(math.fsum((v - centre) ** 2 for v in values) / (n - 1))
+        scores[node] = mean + spread_bonus * spread
+    return scores
 
 
 def children_of(nodes: Sequence[Node], partition: Partition) -> tuple[Node, ...]:

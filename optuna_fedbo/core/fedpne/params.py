@@ -56,6 +56,9 @@ class FedPNEParams:
         max_survivors: ``None`` (the paper): only Eqn. (1) eliminates. An int ``S``: after
             Eqn. (1), keep at most the ``S`` nodes with the largest means (a beam); the others
             are eliminated too. A departure from the paper (see :meth:`tuning`).
+        spread_bonus: With ``max_survivors``: the beam ranks nodes by their mean plus this
+            times the spread of the participants' means (``None``: by the mean); see
+            :func:`~optuna_fedbo.core.fedpne.elimination.beam_scores`.
     """
 
     horizon: int
@@ -69,6 +72,7 @@ class FedPNEParams:
     max_phase_nodes: int = 100_000
     node_pulls: int | None = None
     max_survivors: int | None = None
+    spread_bonus: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "horizon", _positive_int("horizon", self.horizon))
@@ -93,6 +97,11 @@ class FedPNEParams:
         for name in ("node_pulls", "max_survivors"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
+        if self.spread_bonus is not None:
+            bonus = float(self.spread_bonus)
+            if not math.isfinite(bonus) or bonus < 0.0:
+                raise ValueError(f"spread_bonus must be >= 0, got {self.spread_bonus!r}.")
+            object.__setattr__(self, "spread_bonus", bonus)
         if self.node_pulls == 1:
             raise ValueError(
                 "node_pulls must be >= 2: with tau_h <= 1 Algorithm 2 (line 5) keeps expanding."
@@ -139,6 +148,7 @@ class FedPNEParams:
         dim: int = 1,
         node_pulls: int | None = None,
         max_survivors: int | None = None,
+        spread_bonus: float = 1.0,
         privacy: RewardPrivacy | None = None,
         max_phase_nodes: int = 100_000,
     ) -> FedPNEParams:
@@ -167,6 +177,12 @@ class FedPNEParams:
           more and exploits less: on Garland and DoubleSine (1-D) ``S = 3`` had 10-25% less
           cumulative regret than ``S = 4``; on Bumps2D ``S = 4`` found the narrow global peak
           more often (recommendation regret 0.144 vs 0.177) at the same cumulative regret.
+        * **Optimism** (``spread_bonus``, default 1): the beam ranks nodes by their mean plus
+          the spread of the participants' means, so a cell with a narrow peak (low average,
+          high spread) is not cut in favour of a broad lower plateau. In the core simulator
+          (10 seeds, ``M = 10, T = 200``) it cut the recommendation's regret on Bumps2D from
+          0.144 to 0.133 and on DoubleSine from 0.015 to 0.011, and cost Garland 0.010 ->
+          0.016 (cumulative regret within 10% everywhere).
 
         The widths ``b_{h,i}`` and the rule of Eqn. (1) are unchanged (with the paper's
         experimental ``c = 0.1, c1 = 1, delta = 1/M``). Use the plain constructor for the
@@ -181,6 +197,7 @@ class FedPNEParams:
             max_survivors=2 + _positive_int("dim", dim)
             if max_survivors is None
             else max_survivors,
+            spread_bonus=spread_bonus,
         )
 
     # ----------------------------------------------------------------------------- derived
@@ -239,6 +256,7 @@ class FedPNEParams:
             "max_phase_nodes": self.max_phase_nodes,
             "node_pulls": self.node_pulls,
             "max_survivors": self.max_survivors,
+            "spread_bonus": self.spread_bonus,
         }
 
     @classmethod
@@ -246,7 +264,11 @@ class FedPNEParams:
         """Inverse of :meth:`to_dict`."""
         keys = {"horizon", "n_clients", "nu1", "rho", "c", "c1", "delta", "privacy"}
         keys.add("max_phase_nodes")
-        optional = {"node_pulls", "max_survivors"}  # absent in states saved before they existed
+        optional = {
+            "node_pulls",
+            "max_survivors",
+            "spread_bonus",
+        }  # absent in states saved before they existed
         if not isinstance(data, dict) or not keys <= set(data) <= keys | optional:
             raise ValueError(f"FedPNEParams data must be a dict with keys {sorted(keys)}.")
         privacy = data["privacy"]
@@ -262,4 +284,5 @@ class FedPNEParams:
             max_phase_nodes=data["max_phase_nodes"],
             node_pulls=data.get("node_pulls"),
             max_survivors=data.get("max_survivors"),
+            spread_bonus=data.get("spread_bonus"),
         )

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from optuna_fedbo.core.fedpne.elimination import beam_scores
 from optuna_fedbo.core.fedpne.elimination import children_of
 from optuna_fedbo.core.fedpne.elimination import eliminate
 from optuna_fedbo.core.fedpne.elimination import global_means
@@ -403,6 +404,7 @@ class FedPNEServerState:
             {node: width for node in current.nodes},
             self._params.smoothness,
             self._params.max_survivors,
+            beam_scores(self._submissions, means, self._params.spread_bonus),
         )
         next_start = current.start + current.length
         # Build the next phase before touching any state: a failure leaves the state unchanged.

@@ -25,9 +25,10 @@ Choices the paper leaves open, made here (the core documents its own):
     in total, times ``1 + 4 sigma^2`` under DP) instead of Eqn. (3)'s ``4^h`` growth, which at
     ``T = 200`` ends the run inside a phase that pulls far nodes until the horizon;
   - at most ``max_survivors`` (default ``2 + D`` for ``D`` partitioned coordinates) nodes
-    survive a phase, the best estimated first, after Eqn. (1), which with ``nu1 = 1`` removes
-    next to nothing at shallow depths. This gives up Lemma B.3's guarantee that the optimal
-    node is never eliminated; see :meth:`FedPNEParams.tuning`.
+    survive a phase after Eqn. (1), which with ``nu1 = 1`` removes next to nothing at shallow
+    depths; they are ranked by their mean plus the spread of the participants' means (a cell
+    with a narrow peak has a low average but a high spread). This gives up Lemma B.3's
+    guarantee that the optimal node is never eliminated; see :meth:`FedPNEParams.tuning`.
 
 * **Rewards.** Algorithm 1 needs rewards in ``[0, 1]`` (Hoeffding, Lemma B.2; the DP sensitivity
   of Remark D.1). ``value_range = (lo, hi)`` bounds the *noise-free* objective and
@@ -277,7 +278,10 @@ class FedPNEConfig(ProtocolConfig):
             max_survivors=self.max_survivors,
         )
         return dataclasses.replace(
-            params, node_pulls=tuned.node_pulls, max_survivors=tuned.max_survivors
+            params,
+            node_pulls=tuned.node_pulls,
+            max_survivors=tuned.max_survivors,
+            spread_bonus=tuned.spread_bonus,
         )
 
     def _paper_params(self, n_clients: int) -> FedPNEParams:
