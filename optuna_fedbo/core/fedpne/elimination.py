@@ -10,9 +10,9 @@ Algorithm 2, lines 11-16 of the Fed-PNE paper:
 
 The tuning preset (:meth:`FedPNEParams.tuning`) adds a beam after Eqn. (1): at most
 ``max_survivors`` nodes survive: the best node, then the largest scores (ties: index order);
-the rest join ``E^p``. The score is the global mean plus ``spread_bonus`` times the sample standard deviation
-of the participants' means of the node (:func:`beam_scores`). Without ``max_survivors`` this
-module is exactly the paper's rule.
+the rest join ``E^p``. The score is the global mean plus ``spread_bonus`` times the sample
+standard deviation of the participants' means of the node (:func:`beam_scores`). Without
+``max_survivors`` this module is exactly the paper's rule.
 """
 
 from __future__ import annotations
