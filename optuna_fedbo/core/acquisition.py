@@ -18,6 +18,7 @@ from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.rff import RandomFourierFeatures
 from optuna_fedbo.core.space import Box
 from optuna_fedbo.core.space import UnitCubeEncoding
+from optuna_fedbo.core.threads import one_blas_thread
 
 
 class AcquisitionFunction(Protocol):
@@ -120,8 +121,32 @@ def maximize(
     Returns:
         ``(point, value)``: the best encoded point, snapped onto the admissible grid, and
         its value.
+
+    BLAS runs on one thread meanwhile (:func:`~optuna_fedbo.core.threads.one_blas_thread`).
     """
-    box = box or Box.unit(encoding.n_columns)
+    with one_blas_thread():
+        return _maximize(
+            acquisition,
+            encoding,
+            rng,
+            box or Box.unit(encoding.n_columns),
+            n_candidates,
+            n_refinements,
+            max_iterations,
+            extra_candidates,
+        )
+
+
+def _maximize(
+    acquisition: AcquisitionFunction,
+    encoding: UnitCubeEncoding,
+    rng: np.random.Generator,
+    box: Box,
+    n_candidates: int,
+    n_refinements: int,
+    max_iterations: int,
+    extra_candidates: np.ndarray | None,
+) -> tuple[np.ndarray, float]:
     candidates = encoding.snap(encoding.sample(n_candidates, rng, box))
     if extra_candidates is not None and len(extra_candidates) > 0:
         candidates = np.vstack([candidates, encoding.snap(extra_candidates)])

@@ -20,6 +20,7 @@ from optuna_fedbo.core.acquisition import LinearAcquisition
 from optuna_fedbo.core.acquisition import maximize
 from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.rff import RandomFourierFeatures
+from optuna_fedbo.core.threads import one_blas_thread
 from optuna_fedbo.samplers._common import check_single_objective
 from optuna_fedbo.samplers._common import outside_relative_space_reason
 from optuna_fedbo.samplers._common import sample_independently
@@ -143,7 +144,7 @@ class RFFThompsonSampler(BaseSampler):
         check_single_objective(study, self)
         if search_space == {}:
             return {}
-        with self._model_lock:
+        with one_blas_thread(), self._model_lock:
             observations = self._observations_for(search_space)
             observations.update(study)
             if observations.count < self._n_startup_trials:
