@@ -58,7 +58,8 @@ class LocalGPSampler(BaseSampler):
             candidate set).
         beta: UCB exploration weight; ``None`` for ``2 log(D t^2)`` at ``t`` observations.
         n_startup_trials: Number of trials sampled by ``independent_sampler`` first.
-        n_candidates: Candidates scored per suggestion (Thompson: the joint draw's size).
+        n_candidates: Candidates scored per suggestion; ``None`` for 1024 (LogEI, UCB) or 256
+            (Thompson: the size of the joint draw, which costs ``O(n_candidates^3)``).
         n_refinements: Best candidates refined with L-BFGS-B (LogEI and UCB).
         max_points: Cap on the number of trials the GP is fitted to.
         refit_growth: After 100 observations, hyperparameters are refitted only when the number
@@ -77,7 +78,7 @@ class LocalGPSampler(BaseSampler):
         acquisition: Acquisition = "logei",
         beta: float | None = None,
         n_startup_trials: int = 10,
-        n_candidates: int = 1024,
+        n_candidates: int | None = None,
         n_refinements: int = 8,
         max_points: int = 256,
         refit_growth: float = 1.1,
@@ -93,6 +94,8 @@ class LocalGPSampler(BaseSampler):
             raise ValueError(f"beta must be non-negative, got {beta}.")
         if n_startup_trials < 0:
             raise ValueError(f"n_startup_trials must be non-negative, got {n_startup_trials}.")
+        if n_candidates is None:
+            n_candidates = 256 if acquisition == "thompson" else 1024
         if n_candidates < 1 or n_refinements < 0:
             raise ValueError("n_candidates must be positive and n_refinements non-negative.")
         if max_points < 2:
