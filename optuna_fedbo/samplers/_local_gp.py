@@ -115,6 +115,7 @@ class LocalGPSampler(BaseSampler):
         self._intersection_search_space = IntersectionSearchSpace()
         # (search space, observation count, hyperparameters) of the last fit: the warm start.
         self._last_fit: tuple[dict[str, BaseDistribution], int, KernelParams] | None = None
+        self._trials = _EncodedTrials()
         self._lock = threading.Lock()
 
     def reseed_rng(self) -> None:
@@ -137,10 +138,10 @@ class LocalGPSampler(BaseSampler):
         if search_space == {}:
             return {}
         encoder = SearchSpaceEncoder(search_space)
-        points, values = _observations(study, encoder)
-        if len(values) < max(self._n_startup_trials, 1):
-            return {}
         with one_blas_thread(), self._lock:
+            points, values = self._trials.update(study, encoder)
+            if len(values) < max(self._n_startup_trials, 1):
+                return {}
             gp = self._fit(search_space, points, values)
             point = self._optimize_acquisition(gp, encoder, points, values)
         return encoder.decode(point)
@@ -237,19 +238,37 @@ class LocalGPSampler(BaseSampler):
         self._independent_sampler.after_trial(study, trial, state, values)
 
 
-def _observations(study: Study, encoder: SearchSpaceEncoder) -> tuple[np.ndarray, np.ndarray]:
-    """Encoded points and maximization-oriented values of the usable completed trials."""
-    trials = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,), use_cache=True)
-    usable = [
-        t
-        for t in trials
-        if t.values is not None
-        and len(t.values) == 1
-        and math.isfinite(t.values[0])
-        and encoder.contains(t.params)
-    ]
-    sign = 1.0 if study.direction == StudyDirection.MAXIMIZE else -1.0
-    values = sign * np.array([t.value for t in usable], dtype=float)
-    if not usable:
-        return np.empty((0, encoder.n_columns)), values
-    return encoder.encode([t.params for t in usable]), values
+class _EncodedTrials:
+    """The usable completed trials of one study, encoded once each (thread-unsafe: lock it)."""
+
+    def __init__(self) -> None:
+        self._key: tuple[int, int, SearchSpaceEncoder] | None = None
+        self._rows: dict[int, tuple[np.ndarray, float] | None] = {}
+
+    def update(self, study: Study, encoder: SearchSpaceEncoder) -> tuple[np.ndarray, np.ndarray]:
+        """Encoded points and maximization-oriented values of the usable completed trials."""
+        key = (id(study._storage), study._study_id, encoder)
+        if (
+            self._key is None
+            or self._key[:2] != key[:2]
+            or (self._key[2].search_space != encoder.search_space)
+        ):
+            self._key, self._rows = key, {}
+        sign = 1.0 if study.direction == StudyDirection.MAXIMIZE else -1.0
+        trials = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,), use_cache=True)
+        for t in trials:
+            if t.number in self._rows:
+                continue
+            usable = (
+                t.values is not None
+                and len(t.values) == 1
+                and math.isfinite(t.values[0])
+                and encoder.contains(t.params)
+            )
+            self._rows[t.number] = (
+                (encoder.encode([t.params])[0], sign * float(t.values[0])) if usable else None
+            )
+        rows = [row for row in self._rows.values() if row is not None]
+        if not rows:
+            return np.empty((0, encoder.n_columns)), np.empty(0)
+        return np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
