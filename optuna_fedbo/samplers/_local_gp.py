@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import math
 import threading
 from typing import Any
@@ -12,8 +11,6 @@ import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler
-from optuna.samplers import RandomSampler
-from optuna.search_space import IntersectionSearchSpace
 from optuna.study import Study
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
@@ -29,8 +26,7 @@ from optuna_fedbo.core.gp_acquisition import LogExpectedImprovement
 from optuna_fedbo.core.gp_acquisition import thompson_candidate
 from optuna_fedbo.core.threads import one_blas_thread
 from optuna_fedbo.samplers._common import check_single_objective
-from optuna_fedbo.samplers._common import outside_relative_space_reason
-from optuna_fedbo.samplers._common import sample_independently
+from optuna_fedbo.samplers._common import LocalModelSampler
 from optuna_fedbo.search_space import SearchSpaceEncoder
 
 _logger = optuna.logging.get_logger(__name__)
@@ -38,7 +34,7 @@ _logger = optuna.logging.get_logger(__name__)
 Acquisition = Literal["logei", "ucb", "thompson"]
 
 
-class LocalGPSampler(BaseSampler):
+class LocalGPSampler(LocalModelSampler):
     """Bayesian optimization with an exact Matern-5/2 GP on the study's own trials.
 
     The model of Optuna's :class:`~optuna.samplers.GPSampler` (ARD Matern-5/2 kernel on the
@@ -92,8 +88,6 @@ class LocalGPSampler(BaseSampler):
             )
         if beta is not None and not beta >= 0:
             raise ValueError(f"beta must be non-negative, got {beta}.")
-        if n_startup_trials < 0:
-            raise ValueError(f"n_startup_trials must be non-negative, got {n_startup_trials}.")
         if n_candidates is None:
             n_candidates = 256 if acquisition == "thompson" else 1024
         if n_candidates < 1 or n_refinements < 0:
@@ -102,34 +96,22 @@ class LocalGPSampler(BaseSampler):
             raise ValueError(f"max_points must be at least 2, got {max_points}.")
         if not refit_growth >= 1.0:
             raise ValueError(f"refit_growth must be at least 1, got {refit_growth}.")
+        super().__init__(
+            n_startup_trials=n_startup_trials,
+            independent_sampler=independent_sampler,
+            warn_independent_sampling=warn_independent_sampling,
+            seed=seed,
+        )
         self._acquisition = acquisition
         self._beta = beta
-        self._n_startup_trials = n_startup_trials
         self._n_candidates = n_candidates
         self._n_refinements = n_refinements
         self._max_points = max_points
         self._refit_growth = refit_growth
-        self._rng = np.random.default_rng(seed)
-        self._independent_sampler = independent_sampler or RandomSampler(seed=seed)
-        self._warn_independent_sampling = warn_independent_sampling
-        self._intersection_search_space = IntersectionSearchSpace()
         # (search space, observation count, hyperparameters) of the last fit: the warm start.
         self._last_fit: tuple[dict[str, BaseDistribution], int, KernelParams] | None = None
         self._trials = _EncodedTrials()
         self._lock = threading.Lock()
-
-    def reseed_rng(self) -> None:
-        self._rng = np.random.default_rng()
-        self._independent_sampler.reseed_rng()
-
-    def infer_relative_search_space(
-        self, study: Study, trial: FrozenTrial
-    ) -> dict[str, BaseDistribution]:
-        return {
-            name: distribution
-            for name, distribution in self._intersection_search_space.calculate(study).items()
-            if not distribution.single()
-        }
 
     def sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
@@ -201,41 +183,6 @@ class LocalGPSampler(BaseSampler):
             extra_candidates=np.clip(np.vstack([top[:1], local]), 0.0, 1.0),
         )
         return point
-
-    def sample_independent(
-        self,
-        study: Study,
-        trial: FrozenTrial,
-        param_name: str,
-        param_distribution: BaseDistribution,
-    ) -> Any:
-        check_single_objective(study, self)
-        reason = (
-            outside_relative_space_reason(study, self._n_startup_trials)
-            if self._warn_independent_sampling
-            else None
-        )
-        return sample_independently(
-            self,
-            self._independent_sampler,
-            study,
-            trial,
-            param_name,
-            param_distribution,
-            warning_reason=reason,
-        )
-
-    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
-        self._independent_sampler.before_trial(study, trial)
-
-    def after_trial(
-        self,
-        study: Study,
-        trial: FrozenTrial,
-        state: TrialState,
-        values: Sequence[float] | None,
-    ) -> None:
-        self._independent_sampler.after_trial(study, trial, state, values)
 
 
 class _EncodedTrials:
