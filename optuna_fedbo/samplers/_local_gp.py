@@ -32,6 +32,11 @@ from optuna_fedbo.search_space import SearchSpaceEncoder
 _logger = optuna.logging.get_logger(__name__)
 
 Acquisition = Literal["logei", "ucb", "thompson"]
+#: L-BFGS-B iteration limit of the acquisition refinement, which runs in lengthscale-scaled
+#: coordinates (as GPSampler preconditions). Unscaled with 30 iterations, LogEI stopped short of
+#: its maximum and lost to GPSampler on 6-D hartmann (median regret 0.25 against 0.011 at 40
+#: trials, 10 seeds); scaled, 30 and 200 iterations gave 0.046 and 0.16 (seed noise).
+ACQUISITION_MAX_ITERATIONS = 50
 
 
 class LocalGPSampler(LocalModelSampler):
@@ -181,6 +186,8 @@ class LocalGPSampler(LocalModelSampler):
             n_candidates=self._n_candidates,
             n_refinements=self._n_refinements,
             extra_candidates=np.clip(np.vstack([top[:1], local]), 0.0, 1.0),
+            max_iterations=ACQUISITION_MAX_ITERATIONS,
+            scales=gp.params.lengthscales,
         )
         return point
 
