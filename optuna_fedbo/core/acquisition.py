@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Protocol
 
 import numpy as np
-import scipy.optimize
 
 from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.rff import RandomFourierFeatures
@@ -184,6 +183,8 @@ def _refine(
     scales: np.ndarray,
 ) -> np.ndarray:
     """One L-BFGS-B run over the free columns of all starts at once, in ``x / scales``."""
+    import scipy.optimize
+
     n_starts = len(starts)
     fixed = starts.copy()
 

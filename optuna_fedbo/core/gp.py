@@ -32,8 +32,6 @@ from dataclasses import dataclass
 import math
 
 import numpy as np
-import scipy.linalg
-import scipy.optimize
 
 from optuna_fedbo.core.threads import one_blas_thread
 
@@ -138,6 +136,8 @@ class GaussianProcess:
         *,
         prior_mean: np.ndarray | None = None,
     ) -> None:
+        import scipy.linalg
+
         X, y, prior = _validate_data(X, y, prior_mean)
         if params.lengthscales.shape != (X.shape[1],):
             raise ValueError(
@@ -188,6 +188,8 @@ class GaussianProcess:
             ``(mean, variance, mean_grad, variance_grad)``: arrays of shape ``(m,)``, and
             ``(m, D)`` for the gradients (``None`` unless ``with_grads``).
         """
+        import scipy.linalg
+
         X = np.atleast_2d(np.asarray(X, dtype=float))
         signal = self.params.signal_variance
         inv_l2 = self.params.lengthscales**-2
@@ -283,6 +285,8 @@ class GaussianProcess:
         Returns:
             Array of shape ``(n_samples, m)`` in the units of ``y``.
         """
+        import scipy.linalg
+
         X = np.atleast_2d(np.asarray(X, dtype=float))
         prior = self._prior_at(X, prior_mean)
         with one_blas_thread():
@@ -298,6 +302,8 @@ class GaussianProcess:
 
 def _psd_factor(cov: np.ndarray, signal_variance: float) -> np.ndarray:
     """A matrix ``F`` with ``F F^T ~= cov`` for a (numerically) PSD ``cov``."""
+    import scipy.linalg
+
     jitter = 1e-10 * signal_variance
     for _ in range(4):
         try:
@@ -375,6 +381,8 @@ def log_posterior_and_grad(
         ``(value, gradient)``; ``(-inf, zeros)`` where the kernel matrix is not positive
         definite.
     """
+    import scipy.linalg
+
     n, _, n_columns = sq_diff.shape
     params = KernelParams.from_raw(raw, minimum_noise)
     inv_l2 = params.lengthscales**-2
@@ -484,6 +492,8 @@ def _maximize(
     start: np.ndarray,
     max_iterations: int,
 ) -> tuple[np.ndarray, float]:
+    import scipy.optimize
+
     def negative(raw: np.ndarray) -> tuple[float, np.ndarray]:
         value, grad = objective(raw)
         if not math.isfinite(value):

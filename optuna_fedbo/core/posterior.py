@@ -19,7 +19,6 @@ from dataclasses import field
 import math
 
 import numpy as np
-import scipy.linalg
 
 from optuna_fedbo.core.threads import one_blas_thread
 
@@ -114,6 +113,8 @@ class LinearPosterior:
         target_square_sum: float = 0.0,
         count: int = 0,
     ) -> None:
+        import scipy.linalg
+
         if not noise_variance > 0:
             raise ValueError(f"The noise variance must be positive, got {noise_variance}.")
         n_features = len(feature_target)
@@ -145,6 +146,8 @@ class LinearPosterior:
         Returns:
             Array of shape ``(M,)`` or ``(size, M)``.
         """
+        import scipy.linalg
+
         n = 1 if size is None else size
         normal = rng.standard_normal((self.n_features, n))
         # Sigma = L L^T, so L^{-T} z has covariance Sigma^{-1}.
@@ -157,6 +160,8 @@ class LinearPosterior:
 
     def solve(self, features: np.ndarray) -> np.ndarray:
         """``Sigma^{-1} phi`` for each row ``phi`` of ``features`` (shape ``(n, M)``)."""
+        import scipy.linalg
+
         with one_blas_thread():
             return scipy.linalg.cho_solve((self._cholesky, True), features.T, check_finite=False).T
 
@@ -169,6 +174,8 @@ class LinearPosterior:
         Returns:
             ``(mean, variance)``, each of shape ``(n,)``.
         """
+        import scipy.linalg
+
         with one_blas_thread():
             half = scipy.linalg.solve_triangular(
                 self._cholesky, features.T, lower=True, check_finite=False

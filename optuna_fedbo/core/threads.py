@@ -29,9 +29,11 @@ def _enter() -> None:
     global _controller, _active, _restore
     with _lock:
         if _active == 0:
-            # Building a controller scans the loaded libraries (~1 ms); do it once. numpy and
-            # scipy load their BLAS at import, before any caller of this module runs.
+            # Building a controller scans the loaded libraries (~1 ms); do it once, after
+            # loading scipy's own BLAS (numpy's is loaded already) so that both are covered.
             if _controller is None:
+                import scipy.linalg  # noqa: F401
+
                 _controller = ThreadpoolController()
             _restore = _controller.limit(limits=1, user_api="blas").restore_original_limits
         _active += 1
