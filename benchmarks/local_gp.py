@@ -140,9 +140,9 @@ def make_samplers() -> dict[str, Sampler]:
 
 
 def _run_problem(
-    pname: str, seeds: int, n_trials: int
+    pname: str, seeds: int, n_trials: int, names: list[str] | None
 ) -> tuple[str, dict[str, list[list[float]]], dict[str, float]]:
-    samplers = make_samplers()
+    samplers = {n: f for n, f in make_samplers().items() if names is None or n in names}
     regret: dict[str, list[list[float]]] = {name: [] for name in samplers}
     seconds = {name: 0.0 for name in samplers}
     for seed in range(seeds):
@@ -158,13 +158,14 @@ def _run_problem(
     return pname, regret, seconds
 
 
-def quality(problems: list[str], seeds: int, n_trials: int, workers: int) -> tuple[dict, dict]:
+def quality(
+    problems: list[str], seeds: int, n_trials: int, workers: int, names: list[str] | None
+) -> tuple[dict, dict]:
     """``regret[problem][sampler]``: best-so-far regret curves; ``seconds[sampler]``: time."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    k = len(problems)
     with ProcessPoolExecutor(workers) as pool:
-        done = list(
-            pool.map(_run_problem, problems, [seeds] * len(problems), [n_trials] * len(problems))
-        )
+        done = list(pool.map(_run_problem, problems, [seeds] * k, [n_trials] * k, [names] * k))
     regret = {pname: r for pname, r, _ in done}
     seconds: dict[str, float] = {}
     for _, _, sec in done:
@@ -346,6 +347,15 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=60)
     parser.add_argument("--only", choices=("quality", "cost"), default=None)
     parser.add_argument("--workers", type=int, default=1, help="processes for the quality runs")
+    parser.add_argument(
+        "--samplers", default=None, help="comma-separated subset of the quality samplers to run"
+    )
+    parser.add_argument(
+        "--reuse",
+        default=None,
+        help="JSON of an earlier quality run (same seeds and trials) supplying the samplers "
+        "not run now",
+    )
     args = parser.parse_args()
     seeds, n_trials = (3, 20) if args.quick else (args.seeds, args.trials)
     sizes = [50, 200] if args.quick else [50, 200, 1000]
@@ -356,7 +366,18 @@ def main() -> None:
     data: dict = {"seeds": seeds, "n_trials": n_trials}
     if args.only in (None, "quality"):
         problems = list(PROBLEMS)[:3] if args.quick else list(PROBLEMS)
-        regret, seconds = quality(problems, seeds, n_trials, args.workers)
+        names = args.samplers.split(",") if args.samplers else None
+        regret, seconds = quality(problems, seeds, n_trials, args.workers, names)
+        if args.reuse:
+            with open(args.reuse) as f:
+                earlier = json.load(f)
+            assert (earlier["seeds"], earlier["n_trials"]) == (seeds, n_trials)
+            for pname in regret:
+                fresh = regret[pname]
+                regret[pname] = {
+                    n: fresh.get(n, earlier["regret"][pname].get(n)) for n in make_samplers()
+                }
+            seconds = {n: seconds.get(n, earlier["seconds"].get(n, 0.0)) for n in make_samplers()}
         report += print_quality(regret, seconds, n_trials, seeds)
         data.update(regret=regret, seconds=seconds)
         plot(regret, n_trials, RESULTS / f"local_gp_quality{suffix}.png")
