@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from optuna_fedbo.samplers._fed import FedSampler
+from optuna_fedbo.samplers._fed import TrialCounts
 from optuna_fedbo.samplers._fed_pne import FedPNEPhaseTimeout
 from optuna_fedbo.samplers._fed_pne import FedPNESampler
 from optuna_fedbo.samplers._fed_thompson import FedThompsonSampler
@@ -11,7 +13,9 @@ from optuna_fedbo.samplers._rff_thompson import RFFThompsonSampler
 __all__ = [
     "FedPNEPhaseTimeout",
     "FedPNESampler",
+    "FedSampler",
     "FedThompsonSampler",
     "LDPUCBSampler",
     "RFFThompsonSampler",
+    "TrialCounts",
 ]
