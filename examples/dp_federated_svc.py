@@ -85,7 +85,7 @@ def main() -> None:
         search_space=SEARCH_SPACE,
         n_clients=args.sites,
         storage=storage,
-        protocol=presets.dp_fts_de(),
+        protocol=presets.fts_de(),
         privacy=privacy,
         seed=args.seed,
     )

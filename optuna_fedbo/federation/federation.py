@@ -29,6 +29,8 @@ from optuna_fedbo.federation.lifecycle import FederationSummary
 from optuna_fedbo.federation.lifecycle import Lifecycle
 from optuna_fedbo.federation.lifecycle import read_lifecycle
 from optuna_fedbo.federation.lifecycle import summarize
+from optuna_fedbo.federation.preset import Preset
+from optuna_fedbo.federation.preset import unpack
 from optuna_fedbo.federation.protocol import DEFAULT_PROTOCOL
 from optuna_fedbo.federation.protocol import get_protocol
 from optuna_fedbo.federation.store import check_client_id
@@ -198,7 +200,7 @@ class Federation:
         search_space: Mapping[str, BaseDistribution],
         n_clients: int,
         storage: str | BaseStorage | None = None,
-        protocol: ProtocolConfig | None = None,
+        protocol: ProtocolConfig | Preset | None = None,
         privacy: Any = None,
         seed: int = 0,
         load_if_exists: bool = False,
@@ -211,7 +213,9 @@ class Federation:
             n_clients: Number ``N`` of registered participants (public).
             storage: ``None`` (in-memory, one process), an RDB URL, a journal file
                 (``journal:PATH`` or a ``.log`` path) or any ``BaseStorage``.
-            protocol: The protocol; ``None`` is ``FTSConfig()``.
+            protocol: The protocol; ``None`` is ``FTSConfig()``. A
+                :class:`~optuna_fedbo.federation.preset.Preset` (e.g. ``presets.dp_fts_de()``)
+                brings its privacy along (an explicit ``privacy`` replaces it).
             privacy: ``None`` (no differential privacy) or a
                 :class:`~optuna_fedbo.federation.dp_config.DPConfig`: the server then runs
                 DP-FTS-DE's Algorithm 1 and accounts every round in the privacy ledger.
@@ -223,6 +227,7 @@ class Federation:
             ValueError: On invalid arguments, or if the federation exists (with another
                 configuration, or ``load_if_exists`` false).
         """
+        protocol, privacy = unpack(protocol, privacy)
         protocol = get_protocol(DEFAULT_PROTOCOL).config() if protocol is None else protocol
         config = FederationConfig(
             name=name,

@@ -213,13 +213,23 @@ class FederationServer:
                 "Run one server per federation."
             )
 
-    def _heartbeat(self, force: bool = False) -> None:
+    def announce(self, stopped: str | None = None) -> None:
+        """Write the server's heartbeat now (participants then know a server runs), or, with
+        ``stopped``, record that it stopped (participants then warn that nothing is
+        published)."""
+        if stopped is not None and self._store.has_server_epoch(self._epoch + 1):
+            return  # a newer server owns the heartbeat record
+        self._heartbeat(force=True, stopped=stopped)
+
+    def _heartbeat(self, force: bool = False, stopped: str | None = None) -> None:
         now = time.monotonic()
         if not force and now - self._last_heartbeat < self._heartbeat_interval:
             return
         self._last_heartbeat = now
+        extra = {} if stopped is None else {"stopped": stopped}
         self._store.write_server_status(
             {
+                **extra,
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
                 "epoch": self._epoch,
