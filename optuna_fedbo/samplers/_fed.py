@@ -198,8 +198,9 @@ class FedSampler(BaseSampler):
         """Warn once about each problem that keeps the federation from publishing rounds.
 
         Args:
-            stalled: Whether this participant sees rounds not closing (then too few running
-                participants is reported; otherwise it may be a start-up moment).
+            stalled: Whether this participant sees rounds not closing (then a server that is
+                down or too few running participants are reported; otherwise it may be a
+                start-up or shut-down moment, and only a server never seen is).
             force: Read the federation's state even if it was read recently.
         """
         now = time.monotonic()
@@ -212,8 +213,8 @@ class FedSampler(BaseSampler):
             _logger.debug("Could not read the federation's lifecycle.", exc_info=True)
             return
         for problem in problems:
-            if problem.kind == "roster" and not stalled:
-                continue
+            if problem.kind != "no-server" and not stalled:
+                continue  # may be a start-up (or shut-down) moment: warn only when stalled
             if problem.kind in self._warned:
                 continue
             self._warned.add(problem.kind)

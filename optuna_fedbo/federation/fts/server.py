@@ -268,6 +268,9 @@ class FTSServer(FederationServer):
             return "complete"
         if force:
             return "forced"
+        if round_index == 0:
+            # Round 0 holds the initial designs: only finished ones count towards a timeout.
+            uploads = [u for u in uploads if u.n_observations >= self._fts.n_init]
         if len(uploads) >= self._min_uploads and self._uploads.waited(
             self.current_round_timeout()
         ):
