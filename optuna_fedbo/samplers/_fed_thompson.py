@@ -498,9 +498,10 @@ class FedThompsonSampler(FedSampler):
                 del self._own_digests[old]
             if self._last_upload_round is None or round_index > self._last_upload_round:
                 self._last_upload_round = round_index
-        self._uploaded_to(round_index)
-        if self._stalled(round_index):
-            self._check_progress(stalled=True)
+        if n_observations > self._fts.n_init:  # round 0 stays open during initial designs
+            self._uploaded_to(round_index)
+            if self._stalled(round_index):
+                self._check_progress(stalled=True)
 
 
 def _conflict_message(
