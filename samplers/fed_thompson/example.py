@@ -39,7 +39,7 @@ if __name__ == "__main__":
     )
     server = fts.FederationServer(federation)
     studies = [
-        optuna.create_study(sampler=fts.FedThompsonSampler(federation, f"site-{i}", seed=i))
+        optuna.create_study(sampler=fts.FedSampler(federation, client_id=f"site-{i}", seed=i))
         for i in range(3)
     ]
     objectives = [make_objective(0.1 * i) for i in range(3)]
