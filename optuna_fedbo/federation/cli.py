@@ -276,6 +276,12 @@ def _serve(args: argparse.Namespace) -> int:
             f"round {report.round}: {report.n_contributors} contributors ({report.reason})"
             + (f", {len(report.rejected)} rejected" if report.rejected else "")
             + ("" if report.n_clipped is None else f", {report.n_clipped} clipped")
+            + (
+                ", none selected by subsampling: noise only"
+                if report.n_selected == 0
+                or (report.epsilon is not None and not report.n_contributors)
+                else ""
+            )
             + ("" if report.epsilon is None else f", epsilon {report.epsilon:.4g}"),
             flush=True,
         )
