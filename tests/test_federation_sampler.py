@@ -29,13 +29,6 @@ UNIT = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
 _names = itertools.count()
 
 
-@pytest.fixture
-def propagate():
-    optuna.logging.enable_propagation()
-    yield
-    optuna.logging.disable_propagation()
-
-
 def _federation(space=UNIT, n_clients: int = 2, **protocol) -> Federation:
     config = FTSConfig(**{"n_features": 50, "n_init": 3, **protocol})
     return Federation.create(

@@ -33,13 +33,6 @@ SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
 _names = itertools.count()
 
 
-@pytest.fixture
-def propagate():
-    optuna.logging.enable_propagation()
-    yield
-    optuna.logging.disable_propagation()
-
-
 def _fts(n_clients: int = 2, storage=None, **protocol) -> Federation:
     config = FTSConfig(**{"n_features": 20, "n_init": 2, **protocol})
     return Federation.create(

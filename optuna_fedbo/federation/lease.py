@@ -132,6 +132,7 @@ class LeaseBook:
     """
 
     def __init__(self, store: FederationStore) -> None:
+        self.store = store
         self.storage = store.storage
         self.name = store.name
         self._study_id: int | None = None
@@ -142,12 +143,7 @@ class LeaseBook:
 
     def _id(self) -> int:
         if self._study_id is None:
-            try:
-                self._study_id = self.storage.create_new_study(
-                    [StudyDirection.MINIMIZE], self.study_name
-                )
-            except DuplicatedStudyError:
-                self._study_id = self.storage.get_study_id_from_name(self.study_name)
+            self._study_id = self.store._create_study(self.study_name)
         return self._study_id
 
     def records(self) -> dict[str, dict[str, Any]]:
