@@ -40,9 +40,7 @@ def server_rounds(
     n_clients: int, storage: str | None, aggregation: str, n_rounds: int
 ) -> tuple[float, float]:
     """Median seconds of one server round and mean seconds of one upload write."""
-    protocol = (
-        presets.fts_de() if aggregation == "weighted" else presets.fts()
-    )  # M = 100 in both
+    protocol = presets.fts_de() if aggregation == "weighted" else presets.fts()  # M = 100 in both
     federation = Federation.create(
         f"cost-{aggregation}-{n_clients}",
         search_space=SPACE,
