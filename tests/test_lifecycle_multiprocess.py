@@ -148,9 +148,9 @@ def test_one_client_id_in_two_processes_is_refused_until_its_lease_expires(tmp_p
 def test_a_crashed_participant_does_not_stall_the_others_and_serve_ends(tmp_path) -> None:
     storage, name = _federation(tmp_path, n_clients=3)
     server = _server(storage, name)  # default closing policy: auto timeout, 2 of 3 uploads
-    n_trials = N_INIT + 6
+    n_trials = N_INIT + 4
     options = ("--synchronous", "--lease-ttl", "2", "--sleep", "0.05")
-    crashing = _participant(storage, name, "site-2", n_trials, *options, "--crash-at", "4")
+    crashing = _participant(storage, name, "site-2", n_trials, *options, "--crash-at", "3")
     others = [_participant(storage, name, f"site-{i}", n_trials, *options) for i in (0, 1)]
     try:
         outcomes = []
