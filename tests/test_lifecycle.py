@@ -262,3 +262,36 @@ def test_auto_round_timeout_follows_the_slowest_running_participant(monkeypatch)
     assert fed.store.server_status()["closing"] == {"round_timeout": 7.5, "min_uploads": 3}
     with pytest.raises(ValueError, match="round_timeout"):
         FederationServer(fed, round_timeout="soon")
+
+
+def test_dp_noise_stays_os_entropy_whatever_the_seed() -> None:
+    def noisy_round() -> np.ndarray:
+        fed = Federation.create(
+            f"dp-rep-{next(_names)}", search_space=SPACE, n_clients=2,
+            protocol=FTSConfig(n_features=8, n_init=1), privacy=fb.DPConfig(1.0, 1.0, 5.0),
+            seed=0,
+        )  # fmt: skip
+        for k in range(2):
+            fed.join(f"c{k}")
+            fed.upload(f"c{k}", np.ones(8), n_observations=1, iteration=0)
+        FederationServer(fed).step()
+        latest = fed.store.latest()
+        return parse_broadcast(fed.store.read_broadcast(int(latest["trial_id"]))[1]).vectors
+
+    assert not np.allclose(noisy_round(), noisy_round())  # same seed, same uploads: new noise
+
+
+def test_status_shows_the_lifecycle_for_every_protocol(tmp_path, capsys) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    fed = Federation.create("pne-status", search_space=SPACE, n_clients=2, storage=url,
+                            protocol=FedPNEConfig(horizon=40))  # fmt: skip
+    sampler = fb.FedSampler(fed, client_id="a", seed=0, phase_timeout=None, lease_ttl=30.0)
+    sampler.finish()
+    assert cli_main(["status", "--storage", url, "--name", "pne-status", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["lifecycle"]["participants"]["a"]["status"] == "finished"
+    assert record["lifecycle"]["not_joined"] == 1 and not record["lifecycle"]["ended"]
+    assert cli_main(["status", "--storage", url, "--name", "pne-status"]) == 0
+    text = capsys.readouterr().out
+    assert "a                    finished  0 trials" in text
+    assert "problem        no server has been seen" in text
