@@ -14,10 +14,12 @@ from optuna_fedbo.privacy import LaplaceMechanism
 from optuna_fedbo.privacy import privatize_objective
 from optuna_fedbo.samplers import FedPNEPhaseTimeout
 from optuna_fedbo.samplers import FedPNESampler
+from optuna_fedbo.samplers import FedSampler
 from optuna_fedbo.samplers import FedThompsonSampler
 from optuna_fedbo.samplers import LDPUCBSampler
 from optuna_fedbo.samplers import LocalGPSampler
 from optuna_fedbo.samplers import RFFThompsonSampler
+from optuna_fedbo.samplers import TrialCounts
 from optuna_fedbo.simulation import simulate
 from optuna_fedbo.simulation import simulate_fedpne
 
@@ -29,6 +31,7 @@ __all__ = [
     "FedPNEConfig",
     "FedPNEPhaseTimeout",
     "FedPNESampler",
+    "FedSampler",
     "FedThompsonSampler",
     "Federation",
     "LDPUCBSampler",
@@ -38,6 +41,7 @@ __all__ = [
     "ProtocolConfig",
     "RFFThompsonSampler",
     "RoundReport",
+    "TrialCounts",
     "__version__",
     "presets",
     "privatize_objective",
