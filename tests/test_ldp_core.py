@@ -360,7 +360,7 @@ def test_median_of_means_picks_the_central_estimate() -> None:
 
 def test_tgp_truncates_once_at_arrival() -> None:
     rewards = LaplaceRewards(1.0, 1.0, 0.0)  # b_1 = 1, b_2 = 1 + 2 ln 2
-    algorithm = TGPUCB(SquaredExponential(0.2), rewards, beta_scale=0.01)
+    algorithm = TGPUCB(SquaredExponential(0.2), rewards, beta_scale=0.01, regularization=1.0)
     algorithm.observe(np.array([0.5]), 1.5)  # |1.5| > b_1: replaced by 0
     algorithm.observe(np.array([0.5]), 1.5)  # |1.5| <= b_2: kept
     assert algorithm.n_truncated == 1 and algorithm.t == 2
@@ -382,12 +382,23 @@ def test_moma_epochs_and_errors() -> None:
     rewards = LaplaceRewards(1.0, 1.0, 1.0)
     kernel = SquaredExponential(0.2)
     with pytest.raises(ValueError, match="smaller than one MoMA epoch"):
-        MoMAGPUCB(kernel, rewards, horizon=100, delta=0.05)
+        MoMAGPUCB(kernel, rewards, horizon=100, delta=0.05, epoch_length="theorem")
     with pytest.raises(ValueError, match="smaller than one MoMA epoch"):
         MoMAGPUCB(kernel, rewards, horizon=10, epoch_length=11)
-    moma = MoMAGPUCB(kernel, rewards, horizon=1000, rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="'practical', 'theorem'"):
+        MoMAGPUCB(kernel, rewards, horizon=100, epoch_length="paper")
+    moma = MoMAGPUCB(kernel, rewards, horizon=1000, epoch_length="theorem")
     assert moma.epoch_length == 295 and moma.n_epochs_in_horizon == 3
-    small = MoMAGPUCB(kernel, rewards, horizon=60, epoch_length=5, rng=np.random.default_rng(0))
+    moma = MoMAGPUCB(kernel, rewards, horizon=1000)  # the practical default
+    assert moma.epoch_length == 13 and moma.n_epochs_in_horizon == 76
+    small = MoMAGPUCB(
+        kernel,
+        rewards,
+        horizon=60,
+        epoch_length=5,
+        regularization=1.0,
+        rng=np.random.default_rng(0),
+    )
     with pytest.raises(ValueError, match="k = 5"):
         small.add_epoch(np.array([0.2]), np.ones(4))
     # Row j of the table is the j-th play of every epoch (Algorithm 3, line 10).

@@ -38,6 +38,7 @@ from optuna_fedbo.core.ldp.ata import ATAGPUCB
 from optuna_fedbo.core.ldp.kernels import Kernel
 from optuna_fedbo.core.ldp.kernels import make_kernel
 from optuna_fedbo.core.ldp.moma import MoMAGPUCB
+from optuna_fedbo.core.ldp.nystrom import DEFAULT_MAX_DICTIONARY_SIZE
 from optuna_fedbo.core.ldp.parameters import HeavyTailedRewards
 from optuna_fedbo.core.ldp.parameters import LaplaceRewards
 from optuna_fedbo.core.ldp.parameters import RewardModel
@@ -185,10 +186,11 @@ class LDPUCBSampler(BaseSampler):
         delta: float = 0.05,
         kernel: str | Kernel = "se",
         lengthscale: float = 0.2,
-        regularization: float = 1.0,
+        regularization: float | str = "practical",
         beta_scale: float | None = None,
         nystrom_accuracy: float = 0.5,
-        epoch_length: int | None = None,
+        epoch_length: int | str = "practical",
+        max_dictionary_size: int | None = DEFAULT_MAX_DICTIONARY_SIZE,
         moment_order: float = 1.0,
         noise_moment: float | None = None,
         reward_moment: float | None = None,
@@ -212,10 +214,14 @@ class LDPUCBSampler(BaseSampler):
             "beta_scale": DEFAULT_BETA_SCALES[algorithm] if beta_scale is None else beta_scale,
         }
         if algorithm != "tgp":
-            self._options.update(horizon=horizon, accuracy=nystrom_accuracy)
+            self._options.update(
+                horizon=horizon,
+                accuracy=nystrom_accuracy,
+                max_dictionary_size=max_dictionary_size,
+            )
         if algorithm == "moma":
             self._options["epoch_length"] = epoch_length
-        elif epoch_length is not None:
+        elif epoch_length != "practical":
             raise ValueError(f"epoch_length is MoMA's k; algorithm {algorithm!r} has no epochs.")
         if isinstance(max_grid_size, bool) or not isinstance(max_grid_size, int):
             raise ValueError(f"max_grid_size must be an integer, got {max_grid_size!r}.")

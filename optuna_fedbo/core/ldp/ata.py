@@ -9,6 +9,8 @@ import scipy.linalg
 
 from optuna_fedbo.core.ldp.acquisition import GPUCBIndex
 from optuna_fedbo.core.ldp.kernels import Kernel
+from optuna_fedbo.core.ldp.nystrom import check_dictionary_size
+from optuna_fedbo.core.ldp.nystrom import DEFAULT_MAX_DICTIONARY_SIZE
 from optuna_fedbo.core.ldp.nystrom import FeaturePosterior
 from optuna_fedbo.core.ldp.nystrom import nystrom_embed
 from optuna_fedbo.core.ldp.nystrom import NystromEmbedding
@@ -18,6 +20,7 @@ from optuna_fedbo.core.ldp.parameters import check_accuracy
 from optuna_fedbo.core.ldp.parameters import check_delta
 from optuna_fedbo.core.ldp.parameters import check_horizon
 from optuna_fedbo.core.ldp.parameters import nystrom_q
+from optuna_fedbo.core.ldp.parameters import resolve_regularization
 from optuna_fedbo.core.ldp.parameters import RewardModel
 from optuna_fedbo.core.ldp.tgp import _check_scale
 
@@ -27,6 +30,8 @@ def truncated_estimate(
     rewards: np.ndarray,
     levels: np.ndarray,
     regularization: float,
+    *,
+    inverse: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Lines 7-10 of Algorithm 1: the feature-adaptively truncated estimate ``theta``.
 
@@ -35,20 +40,29 @@ def truncated_estimate(
 
         r_i = sum_tau u_{i,tau} y_tau 1{|u_{i,tau} y_tau| <= b_tau},   theta = V^(-1/2) r
 
+    ``u_{., tau}`` depends on ``x_tau`` only, so with ``inverse`` the features are given once per
+    distinct point: the matrix products cost ``O(m^2 u)`` for ``u`` distinct points and only the
+    truncation itself ``O(m t)``.
+
     Args:
-        features: ``Phi``, shape ``(t, m)`` (one row per reward, repeats included).
+        features: ``Phi``, shape ``(t, m)`` (one row per reward, repeats included), or one row
+            per distinct point with ``inverse``.
         rewards: ``y_1..y_t``.
         levels: ``b_1..b_t``.
         regularization: ``lambda``.
+        inverse: Row of ``features`` of each reward, shape ``(t,)``; ``None``: row ``tau``.
 
     Returns:
         ``(theta, V)``.
     """
     m = features.shape[1]
-    gram = features.T @ features + regularization * np.eye(m)
+    if inverse is None:
+        inverse = np.arange(features.shape[0])
+    counts = np.bincount(inverse, minlength=features.shape[0]).astype(float)
+    gram = (features * counts[:, None]).T @ features + regularization * np.eye(m)
     eigenvalues, eigenvectors = scipy.linalg.eigh(gram)
     inverse_root = (eigenvectors / np.sqrt(eigenvalues)) @ eigenvectors.T
-    u = inverse_root @ features.T  # (m, t)
+    u = (inverse_root @ features.T)[:, inverse]  # (m, t)
     products = u * rewards[None, :]
     kept = np.abs(products) <= levels[None, :]
     r = np.sum(np.where(kept, products, 0.0), axis=1)
@@ -72,10 +86,15 @@ class ATAGPUCB:
         rewards: The reward model (LDP or heavy-tailed).
         horizon: ``T``.
         delta: Confidence ``delta in (0, 1]``.
-        regularization: ``lambda > 0``.
+        regularization: ``lambda > 0``, or ``"practical"`` (default) for
+            :func:`~.parameters.practical_regularization`, ``c / B^2``; the theorems' analyses
+            use 1.
         accuracy: Nystrom accuracy ``varepsilon in (0, 1)``.
         beta_scale: Multiplier of the noise term of the theoretical ``beta`` (the ``B`` term is
             kept; 1 is the theorem).
+        max_dictionary_size: Bound on the Nystrom dictionary (see
+            :func:`~.nystrom.nystrom_embed`), so that a round costs ``O(m^2 t)`` at most instead
+            of ``O(t^3)``; ``None`` is the paper's unbounded dictionary.
         rng: Source of the dictionary sampling (algorithmic randomness, not privacy noise).
     """
 
@@ -86,21 +105,21 @@ class ATAGPUCB:
         *,
         horizon: int,
         delta: float = 0.05,
-        regularization: float = 1.0,
+        regularization: float | str = "practical",
         accuracy: float = 0.5,
         beta_scale: float = 1.0,
+        max_dictionary_size: int | None = DEFAULT_MAX_DICTIONARY_SIZE,
         rng: np.random.Generator | None = None,
     ) -> None:
-        if not (isinstance(regularization, (int, float)) and regularization > 0):
-            raise ValueError(f"regularization must be positive, got {regularization!r}.")
         self.kernel = kernel
         self.rewards = rewards
         self.horizon = check_horizon(horizon)
         self.delta = check_delta(delta)
-        self.regularization = float(regularization)
+        self.regularization = resolve_regularization(regularization, rewards)
         self.accuracy = check_accuracy(accuracy)
         self.beta_scale = _check_scale(beta_scale)
         self.q = nystrom_q(self.accuracy, self.horizon, self.delta)
+        self.max_dictionary_size = check_dictionary_size(max_dictionary_size)
         self._rng = rng if rng is not None else np.random.default_rng()
         self._index: dict[bytes, int] = {}
         self._unique: list[np.ndarray] = []
@@ -137,7 +156,15 @@ class ATAGPUCB:
         inverse = np.array(self._inverse)
         counts = np.bincount(inverse, minlength=len(unique))
         _, variances = self.posterior.predict(unique)  # sigma_{t-1}^2 at the played points
-        embedding = nystrom_embed(self.kernel, unique, variances, self.q, self._rng, counts=counts)
+        embedding = nystrom_embed(
+            self.kernel,
+            unique,
+            variances,
+            self.q,
+            self._rng,
+            counts=counts,
+            max_size=self.max_dictionary_size,
+        )
         self._fit(embedding, unique, inverse)
 
     def _fit(self, embedding: NystromEmbedding, unique: np.ndarray, inverse: np.ndarray) -> None:
@@ -145,13 +172,13 @@ class ATAGPUCB:
         if m == 0:
             self.posterior = FeaturePosterior.prior(self.kernel, self.regularization)
             return
-        features = embedding(unique)[inverse]
+        features = embedding(unique)
         # b_tau = b_1 tau^((1 - alpha) / (2 (1 + alpha))): one formula call, then the powers.
         alpha = float(self.rewards.moment_order)
         first = ata_truncation(1, m, self.rewards, horizon=self.horizon, delta=self.delta)
         levels = first * np.arange(1, self.t + 1) ** ((1.0 - alpha) / (2.0 * (1.0 + alpha)))
         theta, gram = truncated_estimate(
-            features, np.array(self._rewards), levels, self.regularization
+            features, np.array(self._rewards), levels, self.regularization, inverse=inverse
         )
         self.posterior = FeaturePosterior(embedding, theta, gram, self.regularization)
 

@@ -349,6 +349,62 @@ def moma_epoch_length(horizon: int, delta: float) -> int:
     return math.ceil(24.0 * math.log(4.0 * math.e * horizon / delta))
 
 
+#: The fewest epochs :func:`practical_epoch_length` leaves in a horizon.
+MIN_PRACTICAL_EPOCHS = 10
+
+
+def practical_epoch_length(horizon: int, delta: float) -> int:
+    """MoMA's ``k`` at tuning budgets: ``min(ceil(ln(4 e T / delta)), max(1, floor(T / 10)))``.
+
+    The theorem's ``k = ceil(24 ln(4eT/delta))`` (:func:`moma_epoch_length`) is 202 plays at
+    ``T = 20`` and 295 at ``T = 1000``: one epoch at most, or three, i.e. GP-UCB with three
+    distinct points. The constant 24 comes from a Chernoff bound that makes the median of ``k``
+    estimates fail with probability ``delta / T`` *uniformly over all epochs*; the ``ln(T /
+    delta)`` growth is what makes the median robust, and it is kept. Dropping the constant (the
+    paper's experiments use parameters "order-wise similar" to the theorems') gives 9 plays at
+    ``T = 20``, 11 at 150, 13 at 1000 and 16 at 10,000; the cap ``T / 10`` then guarantees at
+    least ten epochs (``k = 2`` at ``T = 20``). The price: the confidence of the
+    median-of-means step is no longer the theorem's ``1 - delta``; with ``k`` below 3 the
+    median of the ``k - 1`` distances cannot reject an outlier and the choice among the ``k``
+    estimates is arbitrary (each is still an unbiased least-squares estimate).
+    """
+    horizon, delta = check_horizon(horizon), check_delta(delta)
+    order = math.ceil(math.log(4.0 * math.e * horizon / delta))
+    return max(1, min(order, horizon // MIN_PRACTICAL_EPOCHS))
+
+
+def practical_regularization(rewards: RewardModel) -> float:
+    """``lambda = c / B^2``: the noise variance of the rewards relative to the scale of ``f``.
+
+    The theorems fix ``lambda`` (1 in the GP-UCB analyses they build on) and pay for the
+    mismatch with a wide ``beta``. At tuning budgets the posterior mean itself matters: with
+    ``lambda = 1`` and Laplace noise of variance ``2 L^2 = 8 (B + R)^2 / epsilon^2`` (32 times
+    ``B^2`` at ``epsilon = 1``, ``R = 0``) it interpolates the noise. The GP posterior of a
+    function of prior scale ``B`` (kernel ``B^2 k``) under noise of variance ``c`` equals that
+    of kernel ``k`` with ``lambda = c / B^2``, the Bayes-optimal ridge. ``c`` is the bound on
+    the second moment of the noise the theorems already use: ``R^2 + 2 L^2`` for LDP rewards
+    (Corollary 1), ``c`` (``alpha = 1``) or ``c^(2 / (1 + alpha))`` for heavy-tailed ones.
+    """
+    alpha = float(rewards.moment_order)
+    noise = rewards.noise_moment ** (2.0 / (1.0 + alpha))
+    return max(noise / rewards.value_bound**2, 1e-6)
+
+
+def resolve_regularization(regularization: float | str, rewards: RewardModel) -> float:
+    """``lambda`` from ``"practical"`` (:func:`practical_regularization`) or a positive number.
+
+    Raises:
+        ValueError: For any other value.
+    """
+    if regularization == "practical":
+        return practical_regularization(rewards)
+    if isinstance(regularization, str):
+        raise ValueError(
+            f"regularization must be 'practical' or a positive number, got {regularization!r}."
+        )
+    return _check_positive("regularization", regularization)
+
+
 def moma_beta(
     n: int,
     dimension: int,
