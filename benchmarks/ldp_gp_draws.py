@@ -162,15 +162,19 @@ def main() -> None:
                 seconds[method].append(spent)
         panels[name], table[name] = curves, summarize(curves)
         timing[name] = {m: float(np.mean(s)) for m, s in seconds.items()}
-        print(f"\n{name}: cumulative regret at T = {horizon}, epsilon = {EPSILON}, "
-              f"{len(seeds)} seeds ({seeds[0]}-{seeds[-1]}); {time.time() - started:.0f} s")
+        print(
+            f"\n{name}: cumulative regret at T = {horizon}, epsilon = {EPSILON}, "
+            f"{len(seeds)} seeds ({seeds[0]}-{seeds[-1]}); {time.time() - started:.0f} s"
+        )
         print("| method | regret (mean +- s.e.) | median | s per run |")
         print("|--------|----------------------:|-------:|----------:|")
         for method in methods:
             mean, se = table[name][method]
             median = float(np.median([c[-1] for c in curves[method]]))
-            print(f"| {method} | {mean:7.1f} +- {se:5.1f} | {median:7.1f} | "
-                  f"{timing[name][method]:6.2f} |")
+            print(
+                f"| {method} | {mean:7.1f} +- {se:5.1f} | {median:7.1f} | "
+                f"{timing[name][method]:6.2f} |"
+            )
         ldp = [m for m in methods if m in LDP]
         if ldp:
             best = min(ldp, key=lambda m: table[name][m][0])

@@ -318,7 +318,7 @@ def test_truncated_estimate_is_algorithm_1_lines_7_to_10() -> None:
     y = rng.standard_cauchy(12)
     levels = np.full(12, 0.8)
     lam = 1.3
-    theta, gram = truncated_estimate(features, y, levels, lam)
+    theta, gram, whitened = truncated_estimate(features, y, levels, lam)
     v = features.T @ features + lam * np.eye(3)
     values, vectors = np.linalg.eigh(v)
     v_inv_root = vectors @ np.diag(values**-0.5) @ vectors.T
@@ -331,7 +331,7 @@ def test_truncated_estimate_is_algorithm_1_lines_7_to_10() -> None:
     np.testing.assert_allclose(gram, v)
     np.testing.assert_allclose(theta, v_inv_root @ r, atol=1e-12)
     # With no truncation, theta is the ridge estimate V^{-1} Phi^T y.
-    untruncated, _ = truncated_estimate(features, y, np.full(12, np.inf), lam)
+    untruncated, _, _ = truncated_estimate(features, y, np.full(12, np.inf), lam)
     np.testing.assert_allclose(untruncated, np.linalg.solve(v, features.T @ y), atol=1e-10)
 
 

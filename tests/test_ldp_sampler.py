@@ -243,7 +243,14 @@ def test_heavy_tailed_variant_runs_without_a_mechanism() -> None:
         ({"noise_bound": -1.0}, "noise_bound"),
         ({"noise_bound": None}, "noise_bound"),
         ({"epsilon": None}, "noise_moment"),
-        ({"algorithm": "moma", "horizon": 100}, "smaller than one MoMA epoch"),
+        (
+            {"algorithm": "moma", "horizon": 100, "epoch_length": "theorem"},
+            "smaller than one MoMA epoch",
+        ),
+        ({"algorithm": "moma", "epoch_length": "paper"}, "'practical', 'theorem'"),
+        ({"regularization": "auto"}, "regularization"),
+        ({"regularization": 0.0}, "regularization"),
+        ({"algorithm": "ata", "max_dictionary_size": 0}, "max_dictionary_size"),
         ({"algorithm": "moma", "horizon": 10, "epoch_length": 11}, "smaller than one MoMA epoch"),
         ({"algorithm": "ata", "horizon": 0}, "horizon"),
         ({"delta": 0.0}, "delta"),
@@ -267,9 +274,13 @@ def test_bad_input(kwargs: dict, match: str) -> None:
         LDPUCBSampler(algorithm, **arguments)
 
 
-def test_moma_default_epoch_is_the_theorems() -> None:
-    sampler = LDPUCBSampler("moma", epsilon=1.0, value_bound=1.0, noise_bound=1.0, horizon=1000)
-    assert sampler.epoch_length == 295 and sampler.algorithm == "moma"
+def test_moma_epoch_length_practical_by_default_theorem_on_request() -> None:
+    common = {"epsilon": 1.0, "value_bound": 1.0, "noise_bound": 1.0}
+    sampler = LDPUCBSampler("moma", horizon=1000, **common)
+    assert sampler.epoch_length == 13 and sampler.algorithm == "moma"  # ceil(ln(4e 1000/0.05))
+    assert LDPUCBSampler("moma", horizon=20, **common).epoch_length == 2  # ten epochs
+    theorem = LDPUCBSampler("moma", horizon=1000, epoch_length="theorem", **common)
+    assert theorem.epoch_length == 295  # ceil(24 ln(4e 1000/0.05))
 
 
 # --- end to end: study.optimize with privatized objectives --------------------------------------

@@ -53,7 +53,8 @@ def truncated_estimate(
         inverse: Row of ``features`` of each reward, shape ``(t,)``; ``None``: row ``tau``.
 
     Returns:
-        ``(theta, V)``.
+        ``(theta, V, W)`` with ``W = V^(-1/2) features^T`` (shape ``(m, len(features))``), from
+        which the variances at the rows follow: ``phi^T V^{-1} phi = ||W[:, i]||^2``.
     """
     m = features.shape[1]
     if inverse is None:
@@ -62,11 +63,11 @@ def truncated_estimate(
     gram = (features * counts[:, None]).T @ features + regularization * np.eye(m)
     eigenvalues, eigenvectors = scipy.linalg.eigh(gram)
     inverse_root = (eigenvectors / np.sqrt(eigenvalues)) @ eigenvectors.T
-    u = (inverse_root @ features.T)[:, inverse]  # (m, t)
-    products = u * rewards[None, :]
+    whitened = inverse_root @ features.T
+    products = whitened[:, inverse] * rewards[None, :]  # u_{i, tau} y_tau, shape (m, t)
     kept = np.abs(products) <= levels[None, :]
     r = np.sum(np.where(kept, products, 0.0), axis=1)
-    return inverse_root @ r, gram
+    return inverse_root @ r, gram, whitened
 
 
 class ATAGPUCB:
@@ -122,10 +123,13 @@ class ATAGPUCB:
         self.max_dictionary_size = check_dictionary_size(max_dictionary_size)
         self._rng = rng if rng is not None else np.random.default_rng()
         self._index: dict[bytes, int] = {}
-        self._unique: list[np.ndarray] = []
+        self._unique = np.zeros((0, 0))
         self._inverse: list[int] = []
         self._rewards: list[float] = []
         self.posterior = FeaturePosterior.prior(kernel, self.regularization)
+        # sigma_t^2 at the distinct played points, kept from the last fit (the next round's
+        # dictionary sampling needs them, and the fit yields them at no extra cost).
+        self._variances = np.zeros(0)
 
     @property
     def t(self) -> int:
@@ -146,16 +150,18 @@ class ATAGPUCB:
         key = x.tobytes()
         if key not in self._index:
             self._index[key] = len(self._unique)
-            self._unique.append(x)
+            self._unique = np.vstack([self._unique.reshape(-1, len(x)), x])
+            _, variance = self.posterior.predict(x)
+            self._variances = np.append(self._variances, variance)
         self._inverse.append(self._index[key])
         self._rewards.append(y)
         self._update()
 
     def _update(self) -> None:
-        unique = np.array(self._unique)
+        unique = self._unique
         inverse = np.array(self._inverse)
         counts = np.bincount(inverse, minlength=len(unique))
-        _, variances = self.posterior.predict(unique)  # sigma_{t-1}^2 at the played points
+        variances = self._variances  # sigma_{t-1}^2 at the played points
         embedding = nystrom_embed(
             self.kernel,
             unique,
@@ -171,16 +177,23 @@ class ATAGPUCB:
         m = embedding.dimension
         if m == 0:
             self.posterior = FeaturePosterior.prior(self.kernel, self.regularization)
+            self._variances = self.kernel.diag(unique)
             return
         features = embedding(unique)
         # b_tau = b_1 tau^((1 - alpha) / (2 (1 + alpha))): one formula call, then the powers.
         alpha = float(self.rewards.moment_order)
         first = ata_truncation(1, m, self.rewards, horizon=self.horizon, delta=self.delta)
         levels = first * np.arange(1, self.t + 1) ** ((1.0 - alpha) / (2.0 * (1.0 + alpha)))
-        theta, gram = truncated_estimate(
+        theta, gram, whitened = truncated_estimate(
             features, np.array(self._rewards), levels, self.regularization, inverse=inverse
         )
         self.posterior = FeaturePosterior(embedding, theta, gram, self.regularization)
+        self._variances = np.maximum(
+            self.kernel.diag(unique)
+            - np.sum(features * features, axis=1)
+            + self.regularization * np.sum(whitened * whitened, axis=0),
+            0.0,
+        )
 
     def beta(self) -> float:
         """``beta_{t+1}`` (noise term times ``beta_scale``): the width of the next choice."""

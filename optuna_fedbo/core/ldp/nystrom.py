@@ -32,7 +32,7 @@ from optuna_fedbo.core.ldp.kernels import Kernel
 #: Relative eigenvalue threshold of the pseudo-inverse square root.
 PSEUDO_INVERSE_TOLERANCE = 1e-10
 #: Default bound on the dictionary of ATA and MoMA (``None`` there is the paper's unbounded one).
-DEFAULT_MAX_DICTIONARY_SIZE = 100
+DEFAULT_MAX_DICTIONARY_SIZE = 64
 
 
 def check_dictionary_size(max_size: int | None) -> int | None:
@@ -68,6 +68,11 @@ class NystromEmbedding:
         self._transform = (vectors / np.sqrt(eigenvalues[keep])) @ vectors.T
 
     @property
+    def transform(self) -> np.ndarray:
+        """``T = (K_D^(1/2))^+`` (symmetric, ``m x m``): ``phi(x) = T k_D(x)``."""
+        return self._transform
+
+    @property
     def dimension(self) -> int:
         """``m``: the number of distinct dictionary points."""
         return int(self.dictionary.shape[0])
@@ -78,14 +83,6 @@ class NystromEmbedding:
         if self.dimension == 0:
             return np.zeros((x.shape[0], 0))
         return self.kernel(x, self.dictionary) @ self._transform
-
-    def jacobian(self, x: np.ndarray) -> np.ndarray:
-        """``d phi_j(x_n) / d x_n``, shape ``(n, m, D)``."""
-        x = np.atleast_2d(np.asarray(x, dtype=float))
-        if self.dimension == 0:
-            return np.zeros((x.shape[0], 0, x.shape[1]))
-        grad = self.kernel.gradient(x, self.dictionary)  # (n, m, D)
-        return np.einsum("nid,ij->njd", grad, self._transform)
 
 
 def inclusion_probabilities(variances: np.ndarray, q: float, counts: np.ndarray | None = None):
@@ -164,6 +161,11 @@ class FeaturePosterior:
         mu(x)      = phi(x)^T theta
         sigma^2(x) = k(x, x) - phi(x)^T phi(x) + lambda phi(x)^T V^{-1} phi(x)
 
+    With ``phi(x) = T k_D(x)`` (``T`` the embedding's transform) both are folded into the
+    dictionary's kernel vector once: ``mu(x) = k_D(x)^T (T theta)`` and ``sigma^2(x) = k(x, x)
+    + k_D(x)^T T (lambda V^{-1} - I) T k_D(x)``, so a prediction costs one kernel evaluation and
+    one ``m x m`` product.
+
     Args:
         embedding: The embedding ``phi``.
         theta: The estimate ``theta`` of shape ``(m,)``.
@@ -184,7 +186,11 @@ class FeaturePosterior:
         m = embedding.dimension
         if self.theta.shape != (m,) or gram.shape != (m, m):
             raise ValueError("theta and gram must match the embedding dimension.")
-        self._factor = scipy.linalg.cho_factor(gram, lower=True) if m > 0 else None
+        transform = embedding.transform
+        inverse = scipy.linalg.cho_solve(scipy.linalg.cho_factor(gram), np.eye(m)) if m else gram
+        self._mean_weights = transform @ self.theta
+        middle = self.regularization * inverse - np.eye(m)
+        self._variance_matrix = transform @ middle @ transform
 
     @classmethod
     def prior(cls, kernel: Kernel, regularization: float) -> FeaturePosterior:
@@ -200,14 +206,11 @@ class FeaturePosterior:
         """Mean and variance at points of shape ``(n, D)``."""
         x = np.atleast_2d(np.asarray(x, dtype=float))
         prior = self.embedding.kernel.diag(x)
-        if self._factor is None:
+        if self.embedding.dimension == 0:
             return np.zeros(x.shape[0]), prior
-        phi = self.embedding(x)
-        solved = scipy.linalg.cho_solve(self._factor, phi.T).T
-        variance = (
-            prior - np.sum(phi * phi, axis=1) + self.regularization * np.sum(phi * solved, axis=1)
-        )
-        return phi @ self.theta, np.maximum(variance, 0.0)
+        cross = self.embedding.kernel(x, self.embedding.dictionary)  # (n, m)
+        variance = prior + np.sum((cross @ self._variance_matrix) * cross, axis=1)
+        return cross @ self._mean_weights, np.maximum(variance, 0.0)
 
     def predict_with_grads(
         self, x: np.ndarray
@@ -215,15 +218,14 @@ class FeaturePosterior:
         """Mean, variance and their gradients (shape ``(n, D)``)."""
         x = np.atleast_2d(np.asarray(x, dtype=float))
         prior = self.embedding.kernel.diag(x)
-        if self._factor is None:
+        if self.embedding.dimension == 0:
             zeros = np.zeros_like(x)
             return np.zeros(x.shape[0]), prior, zeros, zeros.copy()
-        phi = self.embedding(x)
-        jacobian = self.embedding.jacobian(x)  # (n, m, D)
-        solved = scipy.linalg.cho_solve(self._factor, phi.T).T
-        variance = (
-            prior - np.sum(phi * phi, axis=1) + self.regularization * np.sum(phi * solved, axis=1)
-        )
-        grad_mean = np.einsum("nmd,m->nd", jacobian, self.theta)
-        grad_variance = 2.0 * np.einsum("nmd,nm->nd", jacobian, self.regularization * solved - phi)
-        return phi @ self.theta, np.maximum(variance, 0.0), grad_mean, grad_variance
+        dictionary = self.embedding.dictionary
+        cross = self.embedding.kernel(x, dictionary)  # (n, m)
+        jacobian = self.embedding.kernel.gradient(x, dictionary)  # (n, m, D)
+        weighted = cross @ self._variance_matrix
+        variance = prior + np.sum(weighted * cross, axis=1)
+        grad_mean = np.einsum("nmd,m->nd", jacobian, self._mean_weights)
+        grad_variance = 2.0 * np.einsum("nmd,nm->nd", jacobian, weighted)
+        return cross @ self._mean_weights, np.maximum(variance, 0.0), grad_mean, grad_variance

@@ -373,6 +373,10 @@ def practical_epoch_length(horizon: int, delta: float) -> int:
     return max(1, min(order, horizon // MIN_PRACTICAL_EPOCHS))
 
 
+#: Floor of :func:`practical_regularization`.
+MIN_PRACTICAL_REGULARIZATION = 0.01
+
+
 def practical_regularization(rewards: RewardModel) -> float:
     """``lambda = c / B^2``: the noise variance of the rewards relative to the scale of ``f``.
 
@@ -384,10 +388,14 @@ def practical_regularization(rewards: RewardModel) -> float:
     of kernel ``k`` with ``lambda = c / B^2``, the Bayes-optimal ridge. ``c`` is the bound on
     the second moment of the noise the theorems already use: ``R^2 + 2 L^2`` for LDP rewards
     (Corollary 1), ``c`` (``alpha = 1``) or ``c^(2 / (1 + alpha))`` for heavy-tailed ones.
+    The floor :data:`MIN_PRACTICAL_REGULARIZATION` applies to nearly noiseless rewards (large
+    ``epsilon``): it keeps the Gram matrices well conditioned, and keeps the Nystrom sampling
+    (probability ``q sigma^2``, and ``sigma^2`` of a played point is about ``lambda``) from
+    dropping the played points out of the dictionary.
     """
     alpha = float(rewards.moment_order)
     noise = rewards.noise_moment ** (2.0 / (1.0 + alpha))
-    return max(noise / rewards.value_bound**2, 1e-6)
+    return max(noise / rewards.value_bound**2, MIN_PRACTICAL_REGULARIZATION)
 
 
 def resolve_regularization(regularization: float | str, rewards: RewardModel) -> float:
