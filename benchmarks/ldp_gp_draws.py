@@ -59,19 +59,21 @@ class GPDraw:
     exponential, a Student t with ``2 nu = 5`` degrees of freedom and scale ``1 / l`` for Matern.
     """
 
-    def __init__(self, kernel: str, lengthscale: float, seed: int) -> None:
+    def __init__(self, kernel: str, lengthscale: float, seed: int, dims: int = 2) -> None:
         rng = np.random.default_rng(seed)
-        w = rng.normal(size=(N_FEATURES, 2)) / lengthscale
+        self.dims = dims
+        w = rng.normal(size=(N_FEATURES, dims)) / lengthscale
         if kernel == "matern":
             w *= np.sqrt(5.0 / rng.chisquare(5.0, size=(N_FEATURES, 1)))
         self._w, self._b = w, rng.uniform(0, 2 * np.pi, N_FEATURES)
         self._a = rng.normal(size=N_FEATURES) * math.sqrt(2.0 / N_FEATURES)
-        grid = np.stack(np.meshgrid(*[np.linspace(0, 1, 201)] * 2), axis=-1).reshape(-1, 2)
+        axis = np.linspace(0, 1, 201 if dims == 2 else 2001)
+        grid = np.stack(np.meshgrid(*[axis] * dims), axis=-1).reshape(-1, dims)
         values = self(grid)
         self.bound = float(np.max(np.abs(values)))
         start = grid[int(np.argmax(values))]
         result = scipy.optimize.minimize(
-            lambda x: -self(x[None])[0], start, bounds=[(0, 1)] * 2, method="L-BFGS-B"
+            lambda x: -self(x[None])[0], start, bounds=[(0, 1)] * dims, method="L-BFGS-B"
         )
         self.maximum = max(float(values.max()), -float(result.fun))
 
@@ -116,7 +118,7 @@ def run(method: str, draw: GPDraw, kernel: str, seed: int, horizon: int, ldp_kwa
     true_values: list[float] = []
 
     def objective(trial: optuna.Trial) -> float:
-        x = np.array([[trial.suggest_float("x0", 0, 1), trial.suggest_float("x1", 0, 1)]])
+        x = np.array([[trial.suggest_float(f"x{d}", 0, 1) for d in range(draw.dims)]])
         value = float(draw(x)[0])
         true_values.append(value)
         return mechanism.privatize(value + noise.uniform(-noise_bound, noise_bound))

@@ -124,8 +124,8 @@ class ATAGPUCB:
         self._rng = rng if rng is not None else np.random.default_rng()
         self._index: dict[bytes, int] = {}
         self._unique = np.zeros((0, 0))
-        self._inverse: list[int] = []
-        self._rewards: list[float] = []
+        self._inverse = np.zeros(0, dtype=int)
+        self._rewards = np.zeros(0)
         self.posterior = FeaturePosterior.prior(kernel, self.regularization)
         # sigma_t^2 at the distinct played points, kept from the last fit (the next round's
         # dictionary sampling needs them, and the fit yields them at no extra cost).
@@ -153,13 +153,13 @@ class ATAGPUCB:
             self._unique = np.vstack([self._unique.reshape(-1, len(x)), x])
             _, variance = self.posterior.predict(x)
             self._variances = np.append(self._variances, variance)
-        self._inverse.append(self._index[key])
-        self._rewards.append(y)
+        self._inverse = np.append(self._inverse, self._index[key])
+        self._rewards = np.append(self._rewards, y)
         self._update()
 
     def _update(self) -> None:
         unique = self._unique
-        inverse = np.array(self._inverse)
+        inverse = self._inverse
         counts = np.bincount(inverse, minlength=len(unique))
         variances = self._variances  # sigma_{t-1}^2 at the played points
         embedding = nystrom_embed(
@@ -185,7 +185,7 @@ class ATAGPUCB:
         first = ata_truncation(1, m, self.rewards, horizon=self.horizon, delta=self.delta)
         levels = first * np.arange(1, self.t + 1) ** ((1.0 - alpha) / (2.0 * (1.0 + alpha)))
         theta, gram, whitened = truncated_estimate(
-            features, np.array(self._rewards), levels, self.regularization, inverse=inverse
+            features, self._rewards, levels, self.regularization, inverse=inverse
         )
         self.posterior = FeaturePosterior(embedding, theta, gram, self.regularization)
         self._variances = np.maximum(

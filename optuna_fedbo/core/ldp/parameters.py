@@ -362,7 +362,7 @@ def practical_epoch_length(horizon: int, delta: float) -> int:
     estimates fail with probability ``delta / T`` *uniformly over all epochs*; the ``ln(T /
     delta)`` growth is what makes the median robust, and it is kept. Dropping the constant (the
     paper's experiments use parameters "order-wise similar" to the theorems') gives 9 plays at
-    ``T = 20``, 11 at 150, 13 at 1000 and 16 at 10,000; the cap ``T / 10`` then guarantees at
+    ``T = 20``, 11 at 150, 13 at 1000 and 15 at 10,000; the cap ``T / 10`` then guarantees at
     least ten epochs (``k = 2`` at ``T = 20``). The price: the confidence of the
     median-of-means step is no longer the theorem's ``1 - delta``; with ``k`` below 3 the
     median of the ``k - 1`` distances cannot reject an outlier and the choice among the ``k``
@@ -378,16 +378,20 @@ MIN_PRACTICAL_REGULARIZATION = 0.01
 
 
 def practical_regularization(rewards: RewardModel) -> float:
-    """``lambda = c / B^2``: the noise variance of the rewards relative to the scale of ``f``.
+    """``lambda = 4 c / B^2``: the noise variance of the rewards relative to the spread of ``f``.
 
     The theorems fix ``lambda`` (1 in the GP-UCB analyses they build on) and pay for the
     mismatch with a wide ``beta``. At tuning budgets the posterior mean itself matters: with
-    ``lambda = 1`` and Laplace noise of variance ``2 L^2 = 8 (B + R)^2 / epsilon^2`` (32 times
-    ``B^2`` at ``epsilon = 1``, ``R = 0``) it interpolates the noise. The GP posterior of a
-    function of prior scale ``B`` (kernel ``B^2 k``) under noise of variance ``c`` equals that
-    of kernel ``k`` with ``lambda = c / B^2``, the Bayes-optimal ridge. ``c`` is the bound on
-    the second moment of the noise the theorems already use: ``R^2 + 2 L^2`` for LDP rewards
-    (Corollary 1), ``c`` (``alpha = 1``) or ``c^(2 / (1 + alpha))`` for heavy-tailed ones.
+    ``lambda = 1`` and Laplace noise of variance ``2 L^2 = 8 (B + R)^2 / epsilon^2`` (8 times
+    ``B^2`` at ``epsilon = 1``, ``R = 0``) it chases the noise. The GP posterior of a function
+    of prior standard deviation ``s`` (kernel ``s^2 k``) under noise of variance ``c`` equals
+    that of kernel ``k`` with ``lambda = c / s^2``, the Bayes-optimal ridge. ``c`` is the bound
+    on the second moment of the noise the theorems already use: ``R^2 + 2 L^2`` for LDP rewards
+    (Corollary 1), ``c`` (``alpha = 1``) or ``c^(2 / (1 + alpha))`` for heavy-tailed ones. ``s =
+    B / 2``: ``B`` bounds ``|f|``, and a function that spans ``[-B, B]`` has a standard
+    deviation of about ``B / 2`` over the domain (the maximum of a GP draw over a cube is 2-3
+    prior standard deviations). On GP draws (``benchmarks/ldp_gp_draws.py``, development seeds)
+    ``4 c / B^2`` beat ``c / B^2``, ``16 c / B^2`` and ``lambda = 1``.
     The floor :data:`MIN_PRACTICAL_REGULARIZATION` applies to nearly noiseless rewards (large
     ``epsilon``): it keeps the Gram matrices well conditioned, and keeps the Nystrom sampling
     (probability ``q sigma^2``, and ``sigma^2`` of a played point is about ``lambda``) from
@@ -395,7 +399,7 @@ def practical_regularization(rewards: RewardModel) -> float:
     """
     alpha = float(rewards.moment_order)
     noise = rewards.noise_moment ** (2.0 / (1.0 + alpha))
-    return max(noise / rewards.value_bound**2, MIN_PRACTICAL_REGULARIZATION)
+    return max(4.0 * noise / rewards.value_bound**2, MIN_PRACTICAL_REGULARIZATION)
 
 
 def resolve_regularization(regularization: float | str, rewards: RewardModel) -> float:
