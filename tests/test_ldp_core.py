@@ -216,8 +216,9 @@ def test_nystrom_and_ata_parameters_are_theorem_2() -> None:
         accuracy=eps_n,
         width_scale=0.5,
     )
+    # width_scale multiplies every term but B: the approximation term and the noise term.
     assert scaled == pytest.approx(
-        2.0 * (1 + 1 / math.sqrt(1 - eps_n)) + 2 * math.sqrt(log_term * v * m / lam)
+        2.0 + 0.5 * (2.0 / math.sqrt(1 - eps_n) + 4 * math.sqrt(log_term * v * m / lam))
     )
     with pytest.raises(ValueError, match="accuracy"):
         P.nystrom_q(1.0, horizon, delta)
@@ -236,9 +237,8 @@ def test_moma_epoch_length_and_beta() -> None:
     expected = 2.0 * (1 + 1 / math.sqrt(0.5)) + 3 / 2 * (9 * m * 3) ** (1 / 1.5) * 7 ** (0.5 / 3)
     beta = P.moma_beta(7, m, heavy, regularization=4.0, accuracy=eps_n)
     assert beta == pytest.approx(expected)
-    bias = 2.0 * (1 + 1 / math.sqrt(0.5))
     scaled = P.moma_beta(7, m, heavy, regularization=4.0, accuracy=eps_n, width_scale=0.2)
-    assert scaled == pytest.approx(bias + 0.2 * (expected - bias))
+    assert scaled == pytest.approx(2.0 + 0.2 * (expected - 2.0))  # all but B scaled
 
 
 def test_parameter_validation() -> None:

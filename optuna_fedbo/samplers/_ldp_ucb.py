@@ -114,8 +114,28 @@ class LDPUCBSampler(BaseSampler):
     * ``"ata"``: LDP-ATA-GP-UCB (Algorithm 1, Theorem 2): adaptive Nystrom features with
       ``q = 6 rho ln(4T/delta) / varepsilon^2`` and feature-wise truncation of all values;
     * ``"moma"``: LDP-MoMA-GP-UCB (Algorithm 3, Theorem 4, Corollary 1): epochs in which one
-      point is suggested ``k = ceil(24 ln(4eT/delta))`` times in a row, then a median-of-means
-      choice among ``k`` least-squares estimates.
+      point is suggested ``k`` times in a row, then a median-of-means choice among ``k``
+      least-squares estimates.
+
+    Defaults for tuning budgets, each departure from the paper behind an option that restores it
+    (the theorems' parameters are for ``T`` in the thousands):
+
+    * ``epoch_length="practical"``: ``k = min(ceil(ln(4eT/delta)), T / 10)`` (11 plays at
+      ``T = 150``, 13 at 1000), at least ten epochs at any horizon; ``"theorem"`` is
+      ``k = ceil(24 ln(4eT/delta))`` (202 plays at ``T = 20``: no epoch; 295 at ``T = 1000``:
+      three). The shorter epoch keeps the ``ln(T/delta)`` growth that makes the median robust
+      but not the theorem's confidence ``1 - delta``; see
+      :func:`~optuna_fedbo.core.ldp.parameters.practical_epoch_length`.
+    * ``regularization="practical"``: ``lambda = 4 c / B^2`` (the noise variance over the
+      squared spread ``B / 2`` of ``f``, ``c = R^2 + 2 L^2``) instead of the analyses' 1, which
+      makes the posterior mean chase the Laplace noise;
+      :func:`~optuna_fedbo.core.ldp.parameters.practical_regularization`.
+    * ``max_dictionary_size=64``: ATA's and MoMA's Nystrom dictionaries are bounded (``q`` is
+      lowered until the expected size fits, so sampling stays proportional to the posterior
+      variance), so that a trial costs the same at trial 1,000 as at trial 100 on a continuous
+      space, where every trial is a new point; ``None`` is the paper's unbounded dictionary.
+    * ``beta_scale``: the theorems' ``beta`` is hundreds of times the range of ``f``; its noise
+      terms are scaled down (:data:`DEFAULT_BETA_SCALES`), ``1.0`` is the theorem.
 
     With ``epsilon=None`` the rewards are not privatized and the algorithms run with the
     parameters of heavy-tailed noise: ``noise_moment`` ``c`` bounds ``E|eta|^(1+alpha)``
@@ -149,13 +169,16 @@ class LDPUCBSampler(BaseSampler):
         kernel: ``"se"``, ``"matern"`` (``nu = 2.5``) or a :class:`~optuna_fedbo.core.ldp.Kernel`.
         lengthscale: Kernel lengthscale in unit-cube coordinates (0.2, the paper's synthetic
             setting).
-        regularization: ``lambda > 0`` of the GP and ridge regressions; the paper leaves it
-            open, 1 is the usual choice of the GP-UCB analyses it builds on.
+        regularization: ``lambda > 0`` of the GP and ridge regressions, or ``"practical"``
+            for ``4 c / B^2``; the paper leaves it open, 1 is the usual choice of the GP-UCB
+            analyses it builds on.
         beta_scale: Multiplier of the noise terms of the theorems' ``beta`` (the ``B`` term is
             kept); ``None`` uses :data:`DEFAULT_BETA_SCALES`, ``1.0`` the theorems as stated.
         nystrom_accuracy: ``varepsilon in (0, 1)`` of the Nystrom approximation (ATA, MoMA);
             the paper leaves it open. 0.5 gives ``rho = 3`` and ``q = 72 ln(4T/delta)``.
-        epoch_length: MoMA's ``k``; ``None`` uses ``ceil(24 ln(4eT/delta))``.
+        epoch_length: MoMA's ``k``: ``"practical"``, ``"theorem"`` or a positive integer.
+        max_dictionary_size: Bound on ATA's and MoMA's Nystrom dictionary; ``None``: unbounded
+            (the paper).
         moment_order: ``alpha in (0, 1]`` of the heavy-tailed variants.
         noise_moment: ``c`` of the heavy-tailed variants (required when ``epsilon`` is None).
         reward_moment: ``v`` of the heavy-tailed variants; ``None`` derives it from ``B`` and
@@ -171,8 +194,8 @@ class LDPUCBSampler(BaseSampler):
 
     Raises:
         ValueError: For an unknown algorithm, ``epsilon <= 0``, ``value_bound <= 0``,
-            a negative or missing ``noise_bound``, a horizon shorter than one MoMA epoch, and
-            other invalid parameters.
+            a negative or missing ``noise_bound``, a horizon shorter than one MoMA epoch (only
+            with ``epoch_length="theorem"`` or an integer), and other invalid parameters.
     """
 
     def __init__(

@@ -91,8 +91,8 @@ class ATAGPUCB:
             :func:`~.parameters.practical_regularization`, ``c / B^2``; the theorems' analyses
             use 1.
         accuracy: Nystrom accuracy ``varepsilon in (0, 1)``.
-        beta_scale: Multiplier of the noise term of the theoretical ``beta`` (the ``B`` term is
-            kept; 1 is the theorem).
+        beta_scale: Multiplier of every term of the theoretical ``beta`` but ``B`` (the
+            Nystrom term ``B / sqrt(1 - varepsilon)`` and the noise term); 1 is the theorem.
         max_dictionary_size: Bound on the Nystrom dictionary (see
             :func:`~.nystrom.nystrom_embed`), so that a round costs ``O(m^2 t)`` at most instead
             of ``O(t^3)``; ``None`` is the paper's unbounded dictionary.
@@ -196,7 +196,7 @@ class ATAGPUCB:
         )
 
     def beta(self) -> float:
-        """``beta_{t+1}`` (noise term times ``beta_scale``): the width of the next choice."""
+        """``beta_{t+1}`` (all but ``B`` times ``beta_scale``): the width of the next choice."""
         return ata_beta(
             self.t,
             self.dimension,

@@ -86,9 +86,10 @@ class MoMAGPUCB:
     ``k = ceil(24 ln(4eT/delta))`` (:func:`~.parameters.moma_epoch_length`) leaves no epoch
     below ``T = 202`` and three at ``T = 1000``, so the default is the "order-wise similar"
     :func:`~.parameters.practical_epoch_length` (trade-off documented there); ``beta`` is
-    :func:`~.parameters.moma_beta` (Theorem 4, Corollary 1 for LDP rewards), its noise term
-    multiplied by ``beta_scale``. The ``j``-th reward of an epoch is the ``j``-th entry passed;
-    any fixed assignment of plays to rows is the algorithm's (an epoch's plays are exchangeable).
+    :func:`~.parameters.moma_beta` (Theorem 4, Corollary 1 for LDP rewards), all its terms
+    but ``B`` multiplied by ``beta_scale``. The ``j``-th reward of an epoch is the ``j``-th entry
+    passed; any fixed assignment of plays to rows is the algorithm's (an epoch's plays are
+    exchangeable).
 
     Args:
         kernel: The kernel.
@@ -104,8 +105,8 @@ class MoMAGPUCB:
             :func:`~.parameters.practical_regularization`, ``c / B^2``; the theorems' analyses
             use 1.
         accuracy: Nystrom accuracy ``varepsilon in (0, 1)``.
-        beta_scale: Multiplier of the noise term of the theoretical ``beta`` (the ``B`` term is
-            kept; 1 is the theorem).
+        beta_scale: Multiplier of every term of the theoretical ``beta`` but ``B`` (the
+            Nystrom term ``B / sqrt(1 - varepsilon)`` and the noise term); 1 is the theorem.
         max_dictionary_size: Bound on the Nystrom dictionary (see
             :func:`~.nystrom.nystrom_embed`), so that a round costs ``O(m^2 t)`` at most instead
             of ``O(t^3)``; ``None`` is the paper's unbounded dictionary.
@@ -194,7 +195,7 @@ class MoMAGPUCB:
         self.posterior = FeaturePosterior(embedding, estimates[best], gram, self.regularization)
 
     def beta(self) -> float:
-        """``beta_{n+1}`` (noise term times ``beta_scale``): the width of the next epoch."""
+        """``beta_{n+1}`` (all but ``B`` times ``beta_scale``): the width of the next epoch."""
         return moma_beta(
             self.n_epochs,
             self.dimension,

@@ -274,8 +274,10 @@ def nystrom_q(accuracy: float, horizon: int, delta: float) -> float:
     return 6.0 * nystrom_rho(accuracy) * math.log(4.0 * horizon / delta) / accuracy**2
 
 
-def _approximation_bias(value_bound: float, accuracy: float) -> float:
-    return value_bound * (1.0 + 1.0 / math.sqrt(1.0 - check_accuracy(accuracy)))
+def _approximation_term(value_bound: float, accuracy: float) -> float:
+    """``B / sqrt(1 - varepsilon)``: the part of ``B (1 + 1 / sqrt(1 - varepsilon))`` (Theorems 2
+    and 4) that the Nystrom approximation adds to the exact-GP term ``B``."""
+    return value_bound / math.sqrt(1.0 - check_accuracy(accuracy))
 
 
 def ata_truncation(
@@ -323,14 +325,16 @@ def ata_beta(
     accuracy, as in Theorem 4). For a general ``alpha`` the second term is
     ``4 sqrt(m_t / lambda) v^(1/(1+alpha)) ln(4 m_t T / delta)^(alpha/(1+alpha))
     t^((1-alpha)/(2(1+alpha)))``. With ``m_t = 0`` (no embedding yet) the second term is 0.
-    ``width_scale`` multiplies the second (noise) term; 1 is the theorem.
+    ``width_scale`` multiplies every term but ``B``: the approximation term
+    ``B / sqrt(1 - varepsilon)`` and the noise term, as it multiplies every term but ``B`` in
+    :func:`tgp_beta`; 1 is the theorem.
     """
     horizon, delta = check_horizon(horizon), check_delta(delta)
     regularization = _check_positive("regularization", regularization)
-    bias = _approximation_bias(rewards.value_bound, accuracy)
     width_scale = _check_positive("width_scale", width_scale)
+    approximation = _approximation_term(rewards.value_bound, accuracy)
     if dimension <= 0:
-        return bias
+        return rewards.value_bound + width_scale * approximation
     alpha = float(rewards.moment_order)
     log_term = math.log(4.0 * dimension * horizon / delta)
     width = (
@@ -340,7 +344,7 @@ def ata_beta(
         * log_term ** (alpha / (1.0 + alpha))
         * max(t, 1) ** ((1.0 - alpha) / (2.0 * (1.0 + alpha)))
     )
-    return bias + _check_positive("width_scale", width_scale) * width
+    return rewards.value_bound + width_scale * (approximation + width)
 
 
 def moma_epoch_length(horizon: int, delta: float) -> int:
@@ -434,10 +438,11 @@ def moma_beta(
         beta_{n+1} = B (1 + 1 / sqrt(1 - varepsilon))
                      + 3 lambda^(-1/2) (9 m_n c)^(1/(1+alpha)) n^((1-alpha)/(2(1+alpha)))
 
-    ``width_scale`` multiplies the second (noise) term; 1 is the theorem.
+    ``width_scale`` multiplies every term but ``B`` (as in :func:`ata_beta`); 1 is the theorem.
     """
     regularization = _check_positive("regularization", regularization)
-    bias = _approximation_bias(rewards.value_bound, accuracy)
+    width_scale = _check_positive("width_scale", width_scale)
+    approximation = _approximation_term(rewards.value_bound, accuracy)
     alpha = float(rewards.moment_order)
     width = (
         3.0
@@ -445,4 +450,4 @@ def moma_beta(
         * (9.0 * max(dimension, 0) * rewards.noise_moment) ** (1.0 / (1.0 + alpha))
         * max(n, 1) ** ((1.0 - alpha) / (2.0 * (1.0 + alpha)))
     )
-    return bias + _check_positive("width_scale", width_scale) * width
+    return rewards.value_bound + width_scale * (approximation + width)
