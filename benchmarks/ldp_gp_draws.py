@@ -1,13 +1,15 @@
-"""LDP-BO at a tuning budget: GP draws in 2-D, T = 150, epsilon = 1, beside stock Optuna samplers.
+"""LDP-BO at a tuning budget: GP draws, T = 150, epsilon = 1, beside stock Optuna samplers.
 
-Objectives: draws ``f`` of a zero-mean GP on ``[0, 1]^2`` with a squared-exponential or a Matern
-(``nu = 2.5``) kernel of lengthscale 0.2 (``--draw-lengthscale``), realized with 2,000 random
-Fourier features (a fresh draw per seed). ``B = max |f|`` (found on a 201 x 201 grid, then
-L-BFGS-B), observation noise ``U[-R, R]`` with ``R = 0.1 B``, and every value released through
+Objectives: draws ``f`` of a zero-mean GP on ``[0, 1]^2`` (``--dims 1``: ``[0, 1]``) with a
+squared-exponential or a Matern (``nu = 2.5``) kernel of lengthscale 0.2
+(``--draw-lengthscale``), realized with 2,000 random Fourier features (a fresh draw per seed).
+``B = max |f|`` (found on a 201 x 201 grid, or 2,001 points in 1-D, then L-BFGS-B),
+observation noise ``U[-R, R]`` with ``R = 0.1 B``, and every value released through
 CTL(epsilon): ``y + Laplace(2 (B + R) / epsilon)``. Every method sees only the privatized values
 and maximizes them through ``study.optimize``: LDPUCBSampler ("tgp", "ata", "moma", its
 defaults with the declared ``B``, ``R``, ``epsilon`` and ``horizon``, and the draw's kernel
-family), RandomSampler, TPESampler, CmaEsSampler, QMCSampler and GPSampler (if torch imports).
+family), RandomSampler, TPESampler, CmaEsSampler (in 1-D it falls back to random sampling),
+QMCSampler and GPSampler (if torch imports).
 The score is the cumulative regret ``sum_t f* - f(x_t)`` of the points each method evaluated.
 
 Run: ``python benchmarks/ldp_gp_draws.py`` (10 seeds per kernel, T = 150; ``--quick``: 3
@@ -53,7 +55,7 @@ STOCK = ("random", "tpe", "cmaes", "qmc") + (("gp",) if HAS_TORCH else ())
 
 
 class GPDraw:
-    """``f(x) = sqrt(2 / M) sum_j a_j cos(w_j . x + b_j)``: a GP draw on ``[0, 1]^2``.
+    """``f(x) = sqrt(2 / M) sum_j a_j cos(w_j . x + b_j)``: a GP draw on ``[0, 1]^dims``.
 
     ``w`` comes from the kernel's spectral density: ``N(0, I / l^2)`` for the squared
     exponential, a Student t with ``2 nu = 5`` degrees of freedom and scale ``1 / l`` for Matern.
@@ -142,6 +144,7 @@ def main() -> None:
     parser.add_argument("--horizon", type=int, default=150)
     parser.add_argument("--draw-lengthscale", type=float, default=0.2)
     parser.add_argument("--kernels", default="se,matern")
+    parser.add_argument("--dims", type=int, default=2, choices=(1, 2))
     parser.add_argument("--methods", default=",".join(LDP + STOCK))
     parser.add_argument("--ldp-kwargs", default="{}", help="JSON of extra LDPUCBSampler options")
     parser.add_argument("--tag", default="", help="suffix of the saved result files")
@@ -153,11 +156,11 @@ def main() -> None:
     started = time.time()
     panels, table, timing, ratios = {}, {}, {}, {}
     for kernel in args.kernels.split(","):
-        name = f"{kernel}, l = {args.draw_lengthscale}"
+        name = f"{args.dims}-D {kernel}, l = {args.draw_lengthscale}"
         curves: dict[str, list[np.ndarray]] = {m: [] for m in methods}
         seconds: dict[str, list[float]] = {m: [] for m in methods}
         for seed in seeds:
-            draw = GPDraw(kernel, args.draw_lengthscale, seed)
+            draw = GPDraw(kernel, args.draw_lengthscale, seed, args.dims)
             for method in methods:
                 curve, spent = run(method, draw, kernel, seed, horizon, ldp_kwargs)
                 curves[method].append(curve)
@@ -190,7 +193,7 @@ def main() -> None:
     plot_panels(
         panels,
         RESULTS / f"ldp_gp_draws{suffix}.png",
-        f"LDP-BO on 2-D GP draws, epsilon = {EPSILON}: mean cumulative regret",
+        f"LDP-BO on {args.dims}-D GP draws, epsilon = {EPSILON}: mean cumulative regret",
         columns=2,
     )
     payload = {

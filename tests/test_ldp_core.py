@@ -573,5 +573,6 @@ def test_every_algorithm_runs_from_t_20_to_10000(name: str) -> None:
     assert short.shape == (20,)
     long = _tiny_run(name, 10_000)
     assert long.shape == (10_000,)
-    # After thousands of privatized values the best point (f = 1) dominates the plays.
-    assert np.mean(long[-2000:] == 1.0) > 0.8
+    # After thousands of privatized values the plays concentrate on the best points: mean
+    # regret per play below 0.1 (random search: 0.5; Laplace noise of standard deviation 2.8).
+    assert np.mean(1.0 - long[-2000:]) < 0.1
