@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Protocol
 
 import numpy as np
-import scipy.optimize
 
 from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.rff import RandomFourierFeatures
@@ -151,6 +150,8 @@ def _refine(
     max_iterations: int,
 ) -> np.ndarray:
     """One L-BFGS-B run over the free columns of all starts at once."""
+    import scipy.optimize
+
     n_starts = len(starts)
     fixed = starts.copy()
 

@@ -17,7 +17,6 @@ from dataclasses import field
 import math
 
 import numpy as np
-import scipy.linalg
 
 
 @dataclass
@@ -109,6 +108,8 @@ class LinearPosterior:
         target_square_sum: float = 0.0,
         count: int = 0,
     ) -> None:
+        import scipy.linalg
+
         if not noise_variance > 0:
             raise ValueError(f"The noise variance must be positive, got {noise_variance}.")
         n_features = len(feature_target)
@@ -139,6 +140,8 @@ class LinearPosterior:
         Returns:
             Array of shape ``(M,)`` or ``(size, M)``.
         """
+        import scipy.linalg
+
         n = 1 if size is None else size
         normal = rng.standard_normal((self.n_features, n))
         # Sigma = L L^T, so L^{-T} z has covariance Sigma^{-1}.
@@ -150,6 +153,8 @@ class LinearPosterior:
 
     def solve(self, features: np.ndarray) -> np.ndarray:
         """``Sigma^{-1} phi`` for each row ``phi`` of ``features`` (shape ``(n, M)``)."""
+        import scipy.linalg
+
         return scipy.linalg.cho_solve((self._cholesky, True), features.T, check_finite=False).T
 
     def predict(self, features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -161,6 +166,8 @@ class LinearPosterior:
         Returns:
             ``(mean, variance)``, each of shape ``(n,)``.
         """
+        import scipy.linalg
+
         half = scipy.linalg.solve_triangular(
             self._cholesky, features.T, lower=True, check_finite=False
         )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.linalg
 
 from optuna_fedbo.core.ldp.acquisition import GPUCBIndex
 from optuna_fedbo.core.ldp.kernels import Kernel
@@ -56,6 +55,8 @@ def truncated_estimate(
         ``(theta, V, W)`` with ``W = V^(-1/2) features^T`` (shape ``(m, len(features))``), from
         which the variances at the rows follow: ``phi^T V^{-1} phi = ||W[:, i]||^2``.
     """
+    import scipy.linalg
+
     m = features.shape[1]
     if inverse is None:
         inverse = np.arange(features.shape[0])

@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.linalg
 
 from optuna_fedbo.core.ldp.kernels import Kernel
 
@@ -53,6 +52,8 @@ class NystromEmbedding:
     """
 
     def __init__(self, kernel: Kernel, dictionary: np.ndarray) -> None:
+        import scipy.linalg
+
         dictionary = np.atleast_2d(np.asarray(dictionary, dtype=float))
         self.kernel = kernel
         if dictionary.shape[0] == 0:
@@ -180,6 +181,8 @@ class FeaturePosterior:
         gram: np.ndarray,
         regularization: float,
     ) -> None:
+        import scipy.linalg
+
         self.embedding = embedding
         self.theta = np.asarray(theta, dtype=float)
         self.regularization = float(regularization)
@@ -204,6 +207,8 @@ class FeaturePosterior:
 
     def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean and variance at points of shape ``(n, D)``."""
+        import scipy.linalg
+
         x = np.atleast_2d(np.asarray(x, dtype=float))
         prior = self.embedding.kernel.diag(x)
         if self.embedding.dimension == 0:
@@ -216,6 +221,8 @@ class FeaturePosterior:
         self, x: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Mean, variance and their gradients (shape ``(n, D)``)."""
+        import scipy.linalg
+
         x = np.atleast_2d(np.asarray(x, dtype=float))
         prior = self.embedding.kernel.diag(x)
         if self.embedding.dimension == 0:
