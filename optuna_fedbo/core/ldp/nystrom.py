@@ -207,8 +207,6 @@ class FeaturePosterior:
 
     def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean and variance at points of shape ``(n, D)``."""
-        import scipy.linalg
-
         x = np.atleast_2d(np.asarray(x, dtype=float))
         prior = self.embedding.kernel.diag(x)
         if self.embedding.dimension == 0:
@@ -221,8 +219,6 @@ class FeaturePosterior:
         self, x: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Mean, variance and their gradients (shape ``(n, D)``)."""
-        import scipy.linalg
-
         x = np.atleast_2d(np.asarray(x, dtype=float))
         prior = self.embedding.kernel.diag(x)
         if self.embedding.dimension == 0:
