@@ -457,10 +457,7 @@ def test_ldp_algorithms_beat_random_search_at_epsilon_1(name: str, horizon: int)
         elif name == "ata":
             algorithm = ATAGPUCB(kernel, rewards, horizon=horizon, beta_scale=scale, rng=rng)
         else:
-            k = math.ceil(math.log(4 * math.e * horizon / 0.05))  # order-wise similar k
-            algorithm = MoMAGPUCB(
-                kernel, rewards, horizon=horizon, epoch_length=k, beta_scale=scale, rng=rng
-            )
+            algorithm = MoMAGPUCB(kernel, rewards, horizon=horizon, beta_scale=scale, rng=rng)
         played = run_finite_domain(algorithm, domain, reward, horizon, rng)
         regret = np.sum(f.max() - f[played])
         random_regret = horizon * (f.max() - f.mean())  # expected regret of random search
