@@ -135,8 +135,11 @@ class LDPUCBSampler(BaseSampler):
       lowered until the expected size fits, so sampling stays proportional to the posterior
       variance), so that a trial costs the same at trial 1,000 as at trial 100 on a continuous
       space, where every trial is a new point; ``None`` is the paper's unbounded dictionary.
-    * ``beta_scale``: the theorems' ``beta`` is hundreds of times the range of ``f``; its noise
-      terms are scaled down (:data:`DEFAULT_BETA_SCALES`), ``1.0`` is the theorem.
+    * ``beta_scale``: the theorems' ``beta`` is hundreds of times the range of ``f``; all its
+      terms but ``B`` are scaled down (:data:`DEFAULT_BETA_SCALES`), ``1.0`` is the theorem.
+
+    ``epoch_length="theorem", regularization=1.0, max_dictionary_size=None, beta_scale=1.0``
+    is the paper's algorithm as stated.
 
     With ``epsilon=None`` the rewards are not privatized and the algorithms run with the
     parameters of heavy-tailed noise: ``noise_moment`` ``c`` bounds ``E|eta|^(1+alpha)``
@@ -173,8 +176,8 @@ class LDPUCBSampler(BaseSampler):
         regularization: ``lambda > 0`` of the GP and ridge regressions, or ``"practical"``
             for ``4 c / B^2``; the paper leaves it open, 1 is the usual choice of the GP-UCB
             analyses it builds on.
-        beta_scale: Multiplier of the noise terms of the theorems' ``beta`` (the ``B`` term is
-            kept); ``None`` uses :data:`DEFAULT_BETA_SCALES`, ``1.0`` the theorems as stated.
+        beta_scale: Multiplier of every term of the theorems' ``beta`` but ``B``; ``None`` uses
+            :data:`DEFAULT_BETA_SCALES`, ``1.0`` the theorems as stated.
         nystrom_accuracy: ``varepsilon in (0, 1)`` of the Nystrom approximation (ATA, MoMA);
             the paper leaves it open. 0.5 gives ``rho = 3`` and ``q = 72 ln(4T/delta)``.
         epoch_length: MoMA's ``k``: ``"practical"``, ``"theorem"`` or a positive integer.
