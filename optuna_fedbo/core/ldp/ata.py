@@ -31,7 +31,7 @@ def truncated_estimate(
     regularization: float,
     *,
     inverse: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Lines 7-10 of Algorithm 1: the feature-adaptively truncated estimate ``theta``.
 
     With ``V = Phi^T Phi + lambda I`` and ``u_i^T`` the rows of ``V^(-1/2) Phi^T`` (symmetric
@@ -89,7 +89,7 @@ class ATAGPUCB:
         horizon: ``T``.
         delta: Confidence ``delta in (0, 1]``.
         regularization: ``lambda > 0``, or ``"practical"`` (default) for
-            :func:`~.parameters.practical_regularization`, ``c / B^2``; the theorems' analyses
+            :func:`~.parameters.practical_regularization`, ``4 c / B^2``; the theorems' analyses
             use 1.
         accuracy: Nystrom accuracy ``varepsilon in (0, 1)``.
         beta_scale: Multiplier of every term of the theoretical ``beta`` but ``B`` (the

@@ -102,7 +102,7 @@ class MoMAGPUCB:
             ``ceil(24 ln(4eT/delta))`` (Algorithm 3; three epochs at ``T = 1000``, none below
             ``T = 202``), or a positive integer.
         regularization: ``lambda > 0``, or ``"practical"`` (default) for
-            :func:`~.parameters.practical_regularization`, ``c / B^2``; the theorems' analyses
+            :func:`~.parameters.practical_regularization`, ``4 c / B^2``; the theorems' analyses
             use 1.
         accuracy: Nystrom accuracy ``varepsilon in (0, 1)``.
         beta_scale: Multiplier of every term of the theoretical ``beta`` but ``B`` (the

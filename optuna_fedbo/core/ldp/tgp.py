@@ -44,7 +44,7 @@ class TGPUCB:
             :class:`~.parameters.HeavyTailedRewards` (TGP-UCB).
         delta: Confidence ``delta in (0, 1]``.
         regularization: ``lambda > 0``, or ``"practical"`` (default) for
-            :func:`~.parameters.practical_regularization`, ``c / B^2``; the theorems' analyses
+            :func:`~.parameters.practical_regularization`, ``4 c / B^2``; the theorems' analyses
             use 1.
         beta_scale: Multiplier of the noise terms of the theoretical ``beta``.
     """
