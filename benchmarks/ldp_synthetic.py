@@ -87,13 +87,13 @@ def _format(summary: dict[str, tuple[float, float]]) -> dict[str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 seeds, T = 200")
+    parser.add_argument("--quick", action="store_true", help="2 seeds, T = 300")
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--horizon", type=int, default=1000)
     parser.add_argument("--long-horizon", type=int, default=10000)
     args = parser.parse_args()
     seeds = list(range(2 if args.quick else args.seeds))
-    horizon = 200 if args.quick else args.horizon
+    horizon = 300 if args.quick else args.horizon
     long_horizon = 2000 if args.quick else args.long_horizon
     started = time.time()
 
