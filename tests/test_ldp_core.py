@@ -436,6 +436,16 @@ def _synthetic(seed: int, kernel):
     return domain, f
 
 
+def _with_defaults(name: str, kernel, rewards, horizon: int, rng: np.random.Generator):
+    """A core algorithm with the sampler's defaults (``beta_scale`` and every core default)."""
+    scale = DEFAULT_BETA_SCALES[name]
+    if name == "tgp":
+        return TGPUCB(kernel, rewards, beta_scale=scale)
+    if name == "ata":
+        return ATAGPUCB(kernel, rewards, horizon=horizon, beta_scale=scale, rng=rng)
+    return MoMAGPUCB(kernel, rewards, horizon=horizon, beta_scale=scale, rng=rng)
+
+
 @pytest.mark.parametrize(
     "name,horizon", [("tgp", 600), ("ata", 1000), ("moma", 3000)], ids=["tgp", "ata", "moma"]
 )
@@ -451,13 +461,7 @@ def test_ldp_algorithms_beat_random_search_at_epsilon_1(name: str, horizon: int)
             return f[i] + noise.uniform(-1, 1) + noise.laplace(0.0, scale)
 
         rng = np.random.default_rng(seed + 2)
-        scale = DEFAULT_BETA_SCALES[name]  # the sampler's defaults
-        if name == "tgp":
-            algorithm = TGPUCB(kernel, rewards, beta_scale=scale)
-        elif name == "ata":
-            algorithm = ATAGPUCB(kernel, rewards, horizon=horizon, beta_scale=scale, rng=rng)
-        else:
-            algorithm = MoMAGPUCB(kernel, rewards, horizon=horizon, beta_scale=scale, rng=rng)
+        algorithm = _with_defaults(name, kernel, rewards, horizon, rng)
         played = run_finite_domain(algorithm, domain, reward, horizon, rng)
         regret = np.sum(f.max() - f[played])
         random_regret = horizon * (f.max() - f.mean())  # expected regret of random search
@@ -552,14 +556,7 @@ def _tiny_run(name: str, horizon: int, seed: int = 0) -> np.ndarray:
     rewards = LaplaceRewards(1.0, 1.0, 0.0)
     noise = np.random.default_rng(seed)
     rng = np.random.default_rng(seed + 1)
-    kernel = SquaredExponential(0.2)
-    scale = DEFAULT_BETA_SCALES[name]
-    if name == "tgp":
-        algorithm = TGPUCB(kernel, rewards, beta_scale=scale)
-    elif name == "ata":
-        algorithm = ATAGPUCB(kernel, rewards, horizon=horizon, beta_scale=scale, rng=rng)
-    else:
-        algorithm = MoMAGPUCB(kernel, rewards, horizon=horizon, beta_scale=scale, rng=rng)
+    algorithm = _with_defaults(name, SquaredExponential(0.2), rewards, horizon, rng)
     reward = lambda i: f[i] + noise.laplace(0.0, rewards.scale)  # noqa: E731
     return f[run_finite_domain(algorithm, domain, reward, horizon, rng)]
 
