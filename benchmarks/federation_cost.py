@@ -40,9 +40,7 @@ def server_rounds(
     n_clients: int, storage: str | None, aggregation: str, n_rounds: int
 ) -> tuple[float, float]:
     """Median seconds of one server round and mean seconds of one upload write."""
-    protocol = (
-        presets.dp_fts_de() if aggregation == "weighted" else presets.fts()
-    )  # M = 100 in both
+    protocol = presets.fts_de() if aggregation == "weighted" else presets.fts()  # M = 100 in both
     federation = Federation.create(
         f"cost-{aggregation}-{n_clients}",
         search_space=SPACE,
@@ -82,7 +80,7 @@ def end_to_end(n_agents: int, n_rounds: int, sampler_kwargs: dict) -> tuple[floa
         objectives,
         search_space=synthetic.SPACE,
         n_rounds=n_rounds,
-        protocol=presets.dp_fts_de(),
+        protocol=presets.fts_de(),
         sampler_kwargs=sampler_kwargs,
         progress=False,
     )

@@ -22,6 +22,7 @@ import optuna  # noqa: E402
 from optuna_fedbo.core.ldp import ATAGPUCB  # noqa: E402
 from optuna_fedbo.core.ldp import Kernel  # noqa: E402
 from optuna_fedbo.core.ldp import MoMAGPUCB  # noqa: E402
+from optuna_fedbo.core.ldp import parameters  # noqa: E402
 from optuna_fedbo.core.ldp import RewardModel  # noqa: E402
 from optuna_fedbo.core.ldp import run_finite_domain  # noqa: E402
 from optuna_fedbo.core.ldp import TGPUCB  # noqa: E402
@@ -48,8 +49,8 @@ def synthetic_problem(seed: int, kernel: Kernel) -> tuple[np.ndarray, np.ndarray
 
 
 def practical_epoch_length(horizon: int) -> int:
-    """``ceil(ln(4eT/delta))``: MoMA's ``k`` without the constant 24 ("order-wise similar")."""
-    return math.ceil(math.log(4 * math.e * horizon / DELTA))
+    """MoMA's default ``k`` (:func:`~optuna_fedbo.core.ldp.parameters.practical_epoch_length`)."""
+    return parameters.practical_epoch_length(horizon, DELTA)
 
 
 def make_algorithm(
@@ -59,7 +60,10 @@ def make_algorithm(
     horizon: int,
     rng: np.random.Generator,
 ) -> TGPUCB | ATAGPUCB | MoMAGPUCB:
-    """One of ``tgp``, ``ata``, ``moma`` (theorem's ``k``) or ``moma-k`` (practical ``k``)."""
+    """One of ``tgp``, ``ata``, ``moma`` (theorem's ``k``) or ``moma-k`` (practical ``k``).
+
+    Every other parameter is the default of the core (and of the sampler).
+    """
     if name == "tgp":
         return TGPUCB(kernel, rewards, delta=DELTA, beta_scale=DEFAULT_BETA_SCALES["tgp"])
     if name == "ata":
@@ -71,7 +75,7 @@ def make_algorithm(
             beta_scale=DEFAULT_BETA_SCALES["ata"],
             rng=rng,
         )
-    epoch_length = practical_epoch_length(horizon) if name == "moma-k" else None
+    epoch_length = "practical" if name == "moma-k" else "theorem"
     return MoMAGPUCB(
         kernel,
         rewards,

@@ -44,12 +44,12 @@ NOISE_MOMENT = 3.0  # Var(t_3) = 3 / (3 - 2)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 seeds, T = 200")
+    parser.add_argument("--quick", action="store_true", help="2 seeds, T = 300")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--horizon", type=int, default=1000)
     args = parser.parse_args()
     seeds = list(range(2 if args.quick else args.seeds))
-    horizon = 200 if args.quick else args.horizon
+    horizon = 300 if args.quick else args.horizon
     started = time.time()
     panels, table = {}, {}
     for kernel_name, kernel in KERNELS.items():

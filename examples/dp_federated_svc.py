@@ -37,7 +37,7 @@ from sklearn.model_selection import cross_val_score
 from sklearn.model_selection import KFold
 from sklearn.svm import SVC
 
-from optuna_fedbo import FedThompsonSampler
+from optuna_fedbo import FedSampler
 from optuna_fedbo import RFFThompsonSampler
 from optuna_fedbo.datasets import label_skewed_shards
 from optuna_fedbo.federation import Federation
@@ -85,7 +85,7 @@ def main() -> None:
         search_space=SEARCH_SPACE,
         n_clients=args.sites,
         storage=storage,
-        protocol=presets.dp_fts_de(),
+        protocol=presets.fts_de(),
         privacy=privacy,
         seed=args.seed,
     )
@@ -118,9 +118,9 @@ def main() -> None:
     )
     studies = []
     for site in range(args.sites):
-        sampler = FedThompsonSampler(
+        sampler = FedSampler(
             Federation.load("dp-svc", storage),
-            f"site-{site:02d}",
+            client_id=f"site-{site:02d}",
             synchronous=True,
             seed=args.seed * 1000 + site,
         )

@@ -118,7 +118,7 @@ def main() -> None:
     n_rounds = args.trials - args.n_init
     methods = {
         "FTS-DE (P=4)": lambda objs, seed: run_federated(
-            objs, presets.dp_fts_de(n_init=args.n_init), n_rounds, seed, args.storage
+            objs, presets.fts_de(n_init=args.n_init), n_rounds, seed, args.storage
         ),
         "FTS (original)": lambda objs, seed: run_federated(
             objs, presets.fts(n_init=args.n_init), n_rounds, seed, args.storage

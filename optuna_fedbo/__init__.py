@@ -14,9 +14,12 @@ from optuna_fedbo.privacy import LaplaceMechanism
 from optuna_fedbo.privacy import privatize_objective
 from optuna_fedbo.samplers import FedPNEPhaseTimeout
 from optuna_fedbo.samplers import FedPNESampler
+from optuna_fedbo.samplers import FedSampler
 from optuna_fedbo.samplers import FedThompsonSampler
 from optuna_fedbo.samplers import LDPUCBSampler
+from optuna_fedbo.samplers import LocalGPSampler
 from optuna_fedbo.samplers import RFFThompsonSampler
+from optuna_fedbo.samplers import TrialCounts
 from optuna_fedbo.simulation import simulate
 from optuna_fedbo.simulation import simulate_fedpne
 
@@ -28,14 +31,17 @@ __all__ = [
     "FedPNEConfig",
     "FedPNEPhaseTimeout",
     "FedPNESampler",
+    "FedSampler",
     "FedThompsonSampler",
     "Federation",
     "LDPUCBSampler",
     "LaplaceMechanism",
+    "LocalGPSampler",
     "FederationServer",
     "ProtocolConfig",
     "RFFThompsonSampler",
     "RoundReport",
+    "TrialCounts",
     "__version__",
     "presets",
     "privatize_objective",

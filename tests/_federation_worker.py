@@ -10,10 +10,11 @@ import json
 import logging
 import sys
 
+from _broadcast_check import broadcast_gap
 import optuna
 
+from optuna_fedbo import FedSampler
 from optuna_fedbo.federation import Federation
-from optuna_fedbo.samplers._fed_thompson import FedThompsonSampler
 
 
 class _Counter(logging.Handler):
@@ -31,9 +32,9 @@ def main() -> int:
     counter = _Counter()
     logging.getLogger("optuna_fedbo").addHandler(counter)
     federation = Federation.load(name, storage)
-    sampler = FedThompsonSampler(
+    sampler = FedSampler(
         federation,
-        client_id,
+        client_id=client_id,
         synchronous=True,
         sync_timeout=120.0,
         poll_interval=0.02,
@@ -50,6 +51,14 @@ def main() -> int:
 
     study.optimize(objective, n_trials=int(n_trials))
     modes = [t.system_attrs.get("fedbo:mode") for t in study.trials]
+    federated = [t for t in study.trials if t.system_attrs.get("fedbo:mode") == "federated"]
+    gap, spread = (
+        broadcast_gap(
+            federation, federated[0].params, federated[0].system_attrs["fedbo:broadcast_round"]
+        )
+        if federated
+        else (float("nan"), float("nan"))
+    )
     print(
         json.dumps(
             {
@@ -58,6 +67,9 @@ def main() -> int:
                 "n_trials": len(study.trials),
                 "last_upload_round": sampler.last_upload_round,
                 "modes": modes,
+                "counts": sampler.counts.to_dict(),
+                "federated_gap": gap,
+                "federated_range": spread,
                 "warnings": counter.messages,
             }
         ),

@@ -53,7 +53,7 @@ def test_paper_preset_reproduces_the_landmine_default() -> None:
     assert (privacy.noise_multiplier, privacy.sample_rate, privacy.clip_norm) == (1.0, 0.35, 22.0)
     assert (privacy.accountant, privacy.sampling, privacy.delta) == ("moments", "poisson", None)
     assert privacy.epsilon(60, 29) == pytest.approx(15.17, abs=0.01)
-    protocol = presets.dp_fts_de()
+    protocol = presets.fts_de()
     assert (protocol.n_features, protocol.n_subregions, protocol.n_init) == (100, 4, 10)
     assert protocol.schedule == "1-1/t" and protocol.aggregation == "weighted"
     assert presets.dp_fts_de_privacy(epsilon_budget=8.0).epsilon_budget == 8.0

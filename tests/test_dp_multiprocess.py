@@ -48,9 +48,11 @@ def _run(storage: str) -> None:
         [
             sys.executable, "-m", "optuna_fedbo.federation.cli", "serve",
             "--storage", storage, "--name", name, "--poll-interval", "0.02", "--timeout", "200",
+            "--round-timeout", "none",
         ],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
     )  # fmt: skip
+    assert "serving" in server.stdout.readline()  # participants start once a server runs
     participants = [
         subprocess.Popen(
             [sys.executable, str(WORKER), storage, name, f"site-{i}", str(N_TRIALS), str(i)],

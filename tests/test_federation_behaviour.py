@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from _broadcast_check import broadcast_gap
 import numpy as np
 import optuna
 from optuna.distributions import IntDistribution
@@ -119,3 +120,37 @@ def test_independent_agents_do_not_ruin_local_progress() -> None:
         )
     ts, fed = float(np.mean(regrets["ts"])), float(np.mean(regrets["fts-de"]))
     assert fed < 1.5 * ts + 0.01, (ts, fed)
+
+
+def test_federated_trials_follow_the_schedule_and_maximize_their_broadcast() -> None:
+    """The schedule's federated steps happen, at the maximum of the broadcast they used.
+
+    With ``1 - p_t = 1/sqrt(t)`` the first BO iteration (``t = 1``) always uses the broadcast.
+    Every federated trial must land at (near) the maximizer of ``phi(x)^T omega^(i[x])`` of the
+    round it read: a sampler that replaced federated suggestions with uniformly random points
+    would fail here.
+    """
+    rng = np.random.default_rng(3)
+    functions = _gp_functions(1, rng) + rng.choice([-0.02, 0.02], size=(N_AGENTS, GRID))
+    objectives = [_objective(v, 300 + n) for n, v in enumerate(functions)]
+    result = simulate(
+        objectives,
+        search_space=SPACE,
+        n_rounds=4,
+        protocol=_config(n_subregions=2),
+        seed=3,
+        sampler_kwargs=KWARGS,
+        progress=False,
+    )
+    gaps = []
+    for study in result.studies:
+        modes = [t.system_attrs["fedbo:mode"] for t in study.trials]
+        assert modes[:N_INIT] == ["init"] * N_INIT and modes[N_INIT] == "federated"
+        assert study.sampler.counts.federated == modes.count("federated")
+        for trial in study.trials:
+            if trial.system_attrs["fedbo:mode"] == "federated":
+                used = trial.system_attrs["fedbo:broadcast_round"]
+                gap, spread = broadcast_gap(result.federation, trial.params, used)
+                gaps.append(gap / spread)
+    assert len(gaps) >= N_AGENTS
+    assert max(gaps) <= 0.05, sorted(gaps)[-5:]

@@ -34,12 +34,12 @@ def _config(**kwargs) -> FederationConfig:
 
 
 def test_config_round_trips_through_json_with_the_same_hash() -> None:
-    config = _config(protocol=presets.dp_fts_de())
+    config = _config(protocol=presets.fts_de())
     again = FederationConfig.from_json(config.to_json())
     assert again == config
     assert again.hash == config.hash
     assert list(again.search_space) == list(SPACE)
-    assert again.protocol == presets.dp_fts_de()
+    assert again.protocol == presets.fts_de()
 
 
 @pytest.mark.parametrize(
@@ -134,16 +134,16 @@ def test_federation_config_rejects_bad_input() -> None:
 
 
 def test_presets_follow_the_papers() -> None:
-    de = presets.dp_fts_de()
+    de = presets.fts_de()
     assert (de.n_features, de.n_subregions, de.weight_a, de.n_init) == (100, 4, 15.0, 10)
     assert (de.weight_hold_rounds, de.weight_decay_rounds) == (10, 30)
     assert de.schedule == "1-1/t" and de.aggregation == "weighted"
     fts = presets.fts()
     assert fts.aggregation == "sample" and fts.n_subregions == 1 and fts.schedule == "fts"
-    synthetic = presets.dp_fts_de_synthetic(n_subregions=3)
+    synthetic = presets.fts_de_synthetic(n_subregions=3)
     assert (synthetic.weight_hold_rounds, synthetic.weight_decay_rounds) == (5, 5)
     assert synthetic.n_subregions == 3 and synthetic.schedule == "1-1/sqrt(t)"
-    assert presets.dp_fts().n_subregions == 1
+    assert presets.dp_fts().protocol.n_subregions == 1 and presets.dp_fts().privacy is not None
     with pytest.raises(TypeError):
         presets.fts(unknown_field=1)
 

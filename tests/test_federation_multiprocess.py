@@ -55,12 +55,15 @@ def _run_federation(storage: str) -> None:
             str(N_ROUNDS),
             "--timeout",
             "240",
+            "--round-timeout",
+            "none",  # the papers' lock-step: every round complete (none lost)
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=ENV,
     )
+    assert "serving" in server.stdout.readline()  # participants start once a server runs
     participants = [
         subprocess.Popen(
             [sys.executable, str(WORKER), storage, name, f"site-{i}", str(N_TRIALS), str(i)],
@@ -93,6 +96,11 @@ def _run_federation(storage: str) -> None:
         assert outcome["last_upload_round"] == N_ROUNDS - 1
         assert outcome["modes"][:N_INIT] == ["init"] * N_INIT
         assert set(outcome["modes"][N_INIT:]) <= {"local", "federated"}
+        # 1 - p_t = 1/t: the first BO iteration always uses the broadcast (p_1 = 0) ...
+        assert outcome["modes"][N_INIT] == "federated"
+        # ... and lands at the maximum of the broadcast function it used.
+        assert outcome["federated_gap"] <= 0.05 * outcome["federated_range"]
+        assert outcome["counts"]["federated"] == outcome["modes"].count("federated")
     loaded = Federation.load(name, storage)
     assert loaded.open_round() == N_ROUNDS
     trials = loaded.store.broadcast_trials()

@@ -29,13 +29,6 @@ UNIT = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
 _names = itertools.count()
 
 
-@pytest.fixture
-def propagate():
-    optuna.logging.enable_propagation()
-    yield
-    optuna.logging.disable_propagation()
-
-
 def _federation(space=UNIT, n_clients: int = 2, **protocol) -> Federation:
     config = FTSConfig(**{"n_features": 50, "n_init": 3, **protocol})
     return Federation.create(
@@ -440,7 +433,7 @@ def test_optunahub_package_loads_and_runs_a_federation() -> None:
         f"hub-{next(_names)}",
         search_space=UNIT,
         n_clients=2,
-        protocol=module.presets.dp_fts_de(n_subregions=2, n_init=2, n_features=30),
+        protocol=module.presets.fts_de(n_subregions=2, n_init=2, n_features=30),
     )
     server = module.FederationServer(fed)
     studies = [

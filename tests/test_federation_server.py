@@ -77,13 +77,13 @@ def test_create_and_load_by_name(kind: str, tmp_path) -> None:
         "journal": f"journal:{tmp_path / 'fed.log'}",
     }[kind]
     fed = Federation.create(
-        "svm", search_space=SPACE, n_clients=2, storage=storage, protocol=presets.dp_fts_de()
+        "svm", search_space=SPACE, n_clients=2, storage=storage, protocol=presets.fts_de()
     )
     loaded = Federation.load("svm", fed.storage if kind == "memory" else storage)
     assert loaded.config == fed.config
     assert loaded.config_hash == fed.config_hash
     assert loaded.search_space == SPACE
-    assert loaded.protocol == presets.dp_fts_de()
+    assert loaded.protocol == presets.fts_de()
     assert loaded.open_round() == 0 and loaded.latest_broadcast() is None
     with pytest.raises(KeyError):
         Federation.load("other", loaded.storage)
@@ -241,7 +241,7 @@ def test_round_zero_waits_for_the_initial_designs() -> None:
 
 def test_round_timeout_leaves_stragglers_out(monkeypatch) -> None:
     fed = _federation(n_clients=3)
-    server = FederationServer(fed, round_timeout=30.0)
+    server = FederationServer(fed, round_timeout=30.0, min_uploads=1)
     clock = [1000.0]
     monkeypatch.setattr("optuna_fedbo.federation.server.time.monotonic", lambda: clock[0])
     assert server.step() is None  # nothing uploaded: never closed
@@ -428,7 +428,7 @@ def test_cli_create_serve_and_status(tmp_path, capsys) -> None:
                 "--n-clients",
                 "2",
                 "--preset",
-                "dp-fts-de",
+                "fts-de",
                 "--protocol",
                 json.dumps({"n_features": M, "n_init": 1}),
             ]

@@ -117,12 +117,14 @@ def _run_federation(storage: str, tmp_path: Path) -> None:
 
     server = subprocess.Popen(
         [sys.executable, "-m", "optuna_fedbo.federation.cli", "serve", "--storage", storage]
-        + ["--name", name, "--poll-interval", "0.02", "--timeout", "240"],
+        + ["--name", name, "--poll-interval", "0.02", "--timeout", "240"]
+        + ["--round-timeout", "none"],  # the paper's lock-step: every phase complete
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=ENV,
     )
+    assert "serving" in server.stdout.readline()  # participants start once a server runs
     total = HORIZON + EXTRA
     # site-0 stops after 3 trials (mid-phase) and is restarted afterwards on the same study.
     first = launch("site-0", 3)

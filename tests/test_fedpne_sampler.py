@@ -39,13 +39,6 @@ UNIT = {"x": FloatDistribution(0.0, 1.0)}
 _names = itertools.count()
 
 
-@pytest.fixture
-def propagate():
-    optuna.logging.enable_propagation()
-    yield
-    optuna.logging.disable_propagation()
-
-
 def _garland_objectives(n_clients: int, *, noise: float = 0.0, seed: int = 0):
     problem = make_federated_problem("garland", n_clients, seed=seed, noise=noise)
 

@@ -216,8 +216,9 @@ def test_nystrom_and_ata_parameters_are_theorem_2() -> None:
         accuracy=eps_n,
         width_scale=0.5,
     )
+    # width_scale multiplies every term but B: the approximation term and the noise term.
     assert scaled == pytest.approx(
-        2.0 * (1 + 1 / math.sqrt(1 - eps_n)) + 2 * math.sqrt(log_term * v * m / lam)
+        2.0 + 0.5 * (2.0 / math.sqrt(1 - eps_n) + 4 * math.sqrt(log_term * v * m / lam))
     )
     with pytest.raises(ValueError, match="accuracy"):
         P.nystrom_q(1.0, horizon, delta)
@@ -236,9 +237,8 @@ def test_moma_epoch_length_and_beta() -> None:
     expected = 2.0 * (1 + 1 / math.sqrt(0.5)) + 3 / 2 * (9 * m * 3) ** (1 / 1.5) * 7 ** (0.5 / 3)
     beta = P.moma_beta(7, m, heavy, regularization=4.0, accuracy=eps_n)
     assert beta == pytest.approx(expected)
-    bias = 2.0 * (1 + 1 / math.sqrt(0.5))
     scaled = P.moma_beta(7, m, heavy, regularization=4.0, accuracy=eps_n, width_scale=0.2)
-    assert scaled == pytest.approx(bias + 0.2 * (expected - bias))
+    assert scaled == pytest.approx(2.0 + 0.2 * (expected - 2.0))  # all but B scaled
 
 
 def test_parameter_validation() -> None:
@@ -318,7 +318,7 @@ def test_truncated_estimate_is_algorithm_1_lines_7_to_10() -> None:
     y = rng.standard_cauchy(12)
     levels = np.full(12, 0.8)
     lam = 1.3
-    theta, gram = truncated_estimate(features, y, levels, lam)
+    theta, gram, whitened = truncated_estimate(features, y, levels, lam)
     v = features.T @ features + lam * np.eye(3)
     values, vectors = np.linalg.eigh(v)
     v_inv_root = vectors @ np.diag(values**-0.5) @ vectors.T
@@ -331,7 +331,7 @@ def test_truncated_estimate_is_algorithm_1_lines_7_to_10() -> None:
     np.testing.assert_allclose(gram, v)
     np.testing.assert_allclose(theta, v_inv_root @ r, atol=1e-12)
     # With no truncation, theta is the ridge estimate V^{-1} Phi^T y.
-    untruncated, _ = truncated_estimate(features, y, np.full(12, np.inf), lam)
+    untruncated, _, _ = truncated_estimate(features, y, np.full(12, np.inf), lam)
     np.testing.assert_allclose(untruncated, np.linalg.solve(v, features.T @ y), atol=1e-10)
 
 
@@ -360,7 +360,7 @@ def test_median_of_means_picks_the_central_estimate() -> None:
 
 def test_tgp_truncates_once_at_arrival() -> None:
     rewards = LaplaceRewards(1.0, 1.0, 0.0)  # b_1 = 1, b_2 = 1 + 2 ln 2
-    algorithm = TGPUCB(SquaredExponential(0.2), rewards, beta_scale=0.01)
+    algorithm = TGPUCB(SquaredExponential(0.2), rewards, beta_scale=0.01, regularization=1.0)
     algorithm.observe(np.array([0.5]), 1.5)  # |1.5| > b_1: replaced by 0
     algorithm.observe(np.array([0.5]), 1.5)  # |1.5| <= b_2: kept
     assert algorithm.n_truncated == 1 and algorithm.t == 2
@@ -382,12 +382,23 @@ def test_moma_epochs_and_errors() -> None:
     rewards = LaplaceRewards(1.0, 1.0, 1.0)
     kernel = SquaredExponential(0.2)
     with pytest.raises(ValueError, match="smaller than one MoMA epoch"):
-        MoMAGPUCB(kernel, rewards, horizon=100, delta=0.05)
+        MoMAGPUCB(kernel, rewards, horizon=100, delta=0.05, epoch_length="theorem")
     with pytest.raises(ValueError, match="smaller than one MoMA epoch"):
         MoMAGPUCB(kernel, rewards, horizon=10, epoch_length=11)
-    moma = MoMAGPUCB(kernel, rewards, horizon=1000, rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="'practical', 'theorem'"):
+        MoMAGPUCB(kernel, rewards, horizon=100, epoch_length="paper")
+    moma = MoMAGPUCB(kernel, rewards, horizon=1000, epoch_length="theorem")
     assert moma.epoch_length == 295 and moma.n_epochs_in_horizon == 3
-    small = MoMAGPUCB(kernel, rewards, horizon=60, epoch_length=5, rng=np.random.default_rng(0))
+    moma = MoMAGPUCB(kernel, rewards, horizon=1000)  # the practical default
+    assert moma.epoch_length == 13 and moma.n_epochs_in_horizon == 76
+    small = MoMAGPUCB(
+        kernel,
+        rewards,
+        horizon=60,
+        epoch_length=5,
+        regularization=1.0,
+        rng=np.random.default_rng(0),
+    )
     with pytest.raises(ValueError, match="k = 5"):
         small.add_epoch(np.array([0.2]), np.ones(4))
     # Row j of the table is the j-th play of every epoch (Algorithm 3, line 10).
@@ -425,6 +436,16 @@ def _synthetic(seed: int, kernel):
     return domain, f
 
 
+def _with_defaults(name: str, kernel, rewards, horizon: int, rng: np.random.Generator):
+    """A core algorithm with the sampler's defaults (``beta_scale`` and every core default)."""
+    scale = DEFAULT_BETA_SCALES[name]
+    if name == "tgp":
+        return TGPUCB(kernel, rewards, beta_scale=scale)
+    if name == "ata":
+        return ATAGPUCB(kernel, rewards, horizon=horizon, beta_scale=scale, rng=rng)
+    return MoMAGPUCB(kernel, rewards, horizon=horizon, beta_scale=scale, rng=rng)
+
+
 @pytest.mark.parametrize(
     "name,horizon", [("tgp", 600), ("ata", 1000), ("moma", 3000)], ids=["tgp", "ata", "moma"]
 )
@@ -440,18 +461,112 @@ def test_ldp_algorithms_beat_random_search_at_epsilon_1(name: str, horizon: int)
             return f[i] + noise.uniform(-1, 1) + noise.laplace(0.0, scale)
 
         rng = np.random.default_rng(seed + 2)
-        scale = DEFAULT_BETA_SCALES[name]  # the sampler's defaults
-        if name == "tgp":
-            algorithm = TGPUCB(kernel, rewards, beta_scale=scale)
-        elif name == "ata":
-            algorithm = ATAGPUCB(kernel, rewards, horizon=horizon, beta_scale=scale, rng=rng)
-        else:
-            k = math.ceil(math.log(4 * math.e * horizon / 0.05))  # order-wise similar k
-            algorithm = MoMAGPUCB(
-                kernel, rewards, horizon=horizon, epoch_length=k, beta_scale=scale, rng=rng
-            )
+        algorithm = _with_defaults(name, kernel, rewards, horizon, rng)
         played = run_finite_domain(algorithm, domain, reward, horizon, rng)
         regret = np.sum(f.max() - f[played])
         random_regret = horizon * (f.max() - f.mean())  # expected regret of random search
         ratios.append(regret / random_regret)
     assert np.mean(ratios) < 0.6, ratios
+
+
+# --- tuning-budget defaults: epoch length, regularization, bounded dictionaries ------------------
+
+
+def test_practical_epoch_length_keeps_ten_epochs_and_the_log_order() -> None:
+    for horizon in (20, 150, 1000, 10_000):
+        order = math.ceil(math.log(4 * math.e * horizon / 0.05))  # the theorem's k without 24
+        k = P.practical_epoch_length(horizon, 0.05)
+        assert k == min(order, horizon // 10)
+        assert horizon // k >= 10
+    assert [P.practical_epoch_length(t, 0.05) for t in (20, 150, 1000, 10_000)] == [2, 11, 13, 15]
+    assert P.practical_epoch_length(5, 0.05) == 1  # below ten plays: one play per epoch
+    assert P.moma_epoch_length(20, 0.05) == 202 > 20  # the theorem's k: no epoch fits
+
+
+def test_practical_regularization_is_noise_moment_over_half_b_squared() -> None:
+    rewards = LaplaceRewards(1.0, 2.0, 1.0)  # L = 6, c = R^2 + 2 L^2 = 73
+    assert P.practical_regularization(rewards) == pytest.approx(4 * 73 / 4)  # c / (B / 2)^2
+    assert P.resolve_regularization("practical", rewards) == pytest.approx(73)
+    assert P.resolve_regularization(0.5, rewards) == 0.5
+    heavy = HeavyTailedRewards(2.0, 3.0, moment_order=0.5)  # c^(2 / 1.5) / B^2
+    assert P.practical_regularization(heavy) == pytest.approx(3 ** (4 / 3))
+    nearly_exact = LaplaceRewards(1e4, 1.0, 0.0)
+    assert P.practical_regularization(nearly_exact) == P.MIN_PRACTICAL_REGULARIZATION
+    for bad in ("auto", 0.0, -1.0, math.nan):
+        with pytest.raises(ValueError, match="regularization"):
+            P.resolve_regularization(bad, rewards)
+
+
+def test_capped_oversampling_expects_exactly_the_bound() -> None:
+    from optuna_fedbo.core.ldp.nystrom import capped_oversampling
+    from optuna_fedbo.core.ldp.nystrom import inclusion_probabilities
+
+    rng = np.random.default_rng(7)
+    variances, counts = rng.uniform(0, 1, 500), rng.integers(1, 4, 500)
+    q = 800.0
+    assert capped_oversampling(variances, q, 600, counts) == q  # not binding: the paper's q
+    capped = capped_oversampling(variances, q, 40, counts)
+    assert capped < q
+    expected = np.sum(inclusion_probabilities(variances, capped, counts))
+    assert expected == pytest.approx(40, abs=1e-6)
+
+
+def test_bounded_dictionary_never_exceeds_its_bound() -> None:
+    kernel = SquaredExponential(0.2)
+    rng = np.random.default_rng(8)
+    points = rng.uniform(size=(400, 2))
+    sizes = [
+        nystrom_embed(kernel, points, np.ones(400), 1e3, rng, max_size=25).dimension
+        for _ in range(20)
+    ]
+    assert max(sizes) <= 25 and np.mean(sizes) >= 20  # the paper's q would keep all 400
+    assert nystrom_embed(kernel, points, np.ones(400), 1e3, rng).dimension == 400
+
+
+@pytest.mark.parametrize("name", ["ata", "moma"])
+def test_ata_and_moma_dictionaries_stay_bounded_on_continuous_points(name: str) -> None:
+    kernel = SquaredExponential(0.2)
+    rewards = LaplaceRewards(1.0, 1.0, 0.0)
+    rng = np.random.default_rng(9)
+    sizes = []
+    if name == "ata":
+        algorithm = ATAGPUCB(kernel, rewards, horizon=300, max_dictionary_size=12, rng=rng)
+        for _ in range(120):
+            algorithm.observe(rng.uniform(size=2), rng.laplace(0, 2))
+            sizes.append(algorithm.dimension)
+            # The variances kept for the next dictionary are those of the new posterior.
+            _, direct = algorithm.posterior.predict(algorithm._unique)
+            np.testing.assert_allclose(algorithm._variances, direct, atol=1e-8)
+    else:
+        algorithm = MoMAGPUCB(
+            kernel, rewards, horizon=300, epoch_length=2, max_dictionary_size=12, rng=rng
+        )
+        for _ in range(120):
+            algorithm.add_epoch(rng.uniform(size=2), rng.laplace(0, 2, size=2))
+            sizes.append(algorithm.dimension)
+    assert max(sizes) == 12  # reached, never exceeded
+    with pytest.raises(ValueError, match="max_dictionary_size"):
+        ATAGPUCB(kernel, rewards, horizon=10, max_dictionary_size=0)
+
+
+def _tiny_run(name: str, horizon: int, seed: int = 0) -> np.ndarray:
+    """Run an algorithm with its defaults on 5 points of [0, 1] (f = 0, 0.25, 0.5, 0.75, 1)."""
+    domain = np.linspace(0, 1, 5)[:, None]
+    f = domain[:, 0]
+    rewards = LaplaceRewards(1.0, 1.0, 0.0)
+    noise = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed + 1)
+    algorithm = _with_defaults(name, SquaredExponential(0.2), rewards, horizon, rng)
+    reward = lambda i: f[i] + noise.laplace(0.0, rewards.scale)  # noqa: E731
+    return f[run_finite_domain(algorithm, domain, reward, horizon, rng)]
+
+
+@pytest.mark.parametrize("name", ["tgp", "ata", "moma"])
+def test_every_algorithm_runs_from_t_20_to_10000(name: str) -> None:
+    short = _tiny_run(name, 20)
+    assert short.shape == (20,)
+    long = _tiny_run(name, 10_000)
+    assert long.shape == (10_000,)
+    # After thousands of privatized values the plays concentrate on the best points: mean
+    # regret per play below 0.1 (random search: 0.5; Laplace noise of standard deviation 2.8).
+    assert np.mean(1.0 - long[-2000:]) < 0.1

@@ -243,7 +243,14 @@ def test_heavy_tailed_variant_runs_without_a_mechanism() -> None:
         ({"noise_bound": -1.0}, "noise_bound"),
         ({"noise_bound": None}, "noise_bound"),
         ({"epsilon": None}, "noise_moment"),
-        ({"algorithm": "moma", "horizon": 100}, "smaller than one MoMA epoch"),
+        (
+            {"algorithm": "moma", "horizon": 100, "epoch_length": "theorem"},
+            "smaller than one MoMA epoch",
+        ),
+        ({"algorithm": "moma", "epoch_length": "paper"}, "'practical', 'theorem'"),
+        ({"regularization": "auto"}, "regularization"),
+        ({"regularization": 0.0}, "regularization"),
+        ({"algorithm": "ata", "max_dictionary_size": 0}, "max_dictionary_size"),
         ({"algorithm": "moma", "horizon": 10, "epoch_length": 11}, "smaller than one MoMA epoch"),
         ({"algorithm": "ata", "horizon": 0}, "horizon"),
         ({"delta": 0.0}, "delta"),
@@ -267,9 +274,47 @@ def test_bad_input(kwargs: dict, match: str) -> None:
         LDPUCBSampler(algorithm, **arguments)
 
 
-def test_moma_default_epoch_is_the_theorems() -> None:
-    sampler = LDPUCBSampler("moma", epsilon=1.0, value_bound=1.0, noise_bound=1.0, horizon=1000)
-    assert sampler.epoch_length == 295 and sampler.algorithm == "moma"
+def test_moma_epoch_length_practical_by_default_theorem_on_request() -> None:
+    common = {"epsilon": 1.0, "value_bound": 1.0, "noise_bound": 1.0}
+    sampler = LDPUCBSampler("moma", horizon=1000, **common)
+    assert sampler.epoch_length == 13 and sampler.algorithm == "moma"  # ceil(ln(4e 1000/0.05))
+    assert LDPUCBSampler("moma", horizon=20, **common).epoch_length == 2  # ten epochs
+    theorem = LDPUCBSampler("moma", horizon=1000, epoch_length="theorem", **common)
+    assert theorem.epoch_length == 295  # ceil(24 ln(4e 1000/0.05))
+
+
+def test_paper_parameters_reach_the_algorithm_exactly() -> None:
+    paper = {
+        "epoch_length": "theorem",
+        "regularization": 1.0,
+        "max_dictionary_size": None,
+        "beta_scale": 1.0,
+    }
+    sampler = LDPUCBSampler(
+        "moma", epsilon=1.0, value_bound=1.0, noise_bound=1.0, horizon=2000, **paper
+    )
+    algorithm = sampler._new_algorithm()
+    assert algorithm.epoch_length == 312  # ceil(24 ln(4e 2000 / 0.05)) = ceil(311.6)
+    assert algorithm.regularization == 1.0 and algorithm.beta_scale == 1.0
+    assert algorithm.max_dictionary_size is None
+    practical = LDPUCBSampler(
+        "ata", epsilon=1.0, value_bound=1.0, noise_bound=1.0, horizon=2000
+    )._new_algorithm()
+    assert practical.regularization == pytest.approx(4 * (1 + 2 * 4**2))  # 4 c / B^2, L = 4
+    assert practical.max_dictionary_size == 64
+
+
+@pytest.mark.parametrize("algorithm", ["tgp", "ata", "moma"])
+def test_defaults_run_at_a_horizon_of_20(algorithm: str) -> None:
+    sampler = LDPUCBSampler(
+        algorithm, epsilon=1.0, value_bound=1.0, noise_bound=0.0, horizon=20, seed=0
+    )
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    study.optimize(lambda t: math.sin(3 * t.suggest_float("x", 0, 1)), n_trials=20)
+    assert len(study.trials) == 20
+    if algorithm == "moma":  # k = 2: nine epochs complete after the first (random) trial
+        assert sampler.epoch_length == 2
+        assert sampler._state.algorithm.n_epochs == 9
 
 
 # --- end to end: study.optimize with privatized objectives --------------------------------------

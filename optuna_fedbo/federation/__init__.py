@@ -24,8 +24,13 @@ from optuna_fedbo.federation.fts import Broadcast
 from optuna_fedbo.federation.fts import FTSConfig
 from optuna_fedbo.federation.fts import FTSServer
 from optuna_fedbo.federation.fts import presets
+from optuna_fedbo.federation.lease import ParticipantBusyError
+from optuna_fedbo.federation.lease import ParticipantState
 from optuna_fedbo.federation.ledger import LedgerEntry
 from optuna_fedbo.federation.ledger import PrivacyLedger
+from optuna_fedbo.federation.lifecycle import FederationSummary
+from optuna_fedbo.federation.lifecycle import Lifecycle
+from optuna_fedbo.federation.preset import Preset
 from optuna_fedbo.federation.protocol import get_protocol
 from optuna_fedbo.federation.protocol import Protocol
 from optuna_fedbo.federation.protocol import register_protocol
@@ -68,9 +73,14 @@ __all__ = [
     "FederationNotFoundError",
     "FederationServer",
     "FederationStatus",
+    "FederationSummary",
     "LedgerEntry",
+    "Lifecycle",
     "Participant",
+    "ParticipantBusyError",
+    "ParticipantState",
     "PhaseRoundReport",
+    "Preset",
     "PrivacyLedger",
     "Protocol",
     "ProtocolConfig",

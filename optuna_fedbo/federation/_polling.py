@@ -27,6 +27,7 @@ def poll_rounds(
     callback: Callable[[Report], None] | None,
     max_consecutive_errors: int,
     on_idle: Callable[[], None] | None = None,
+    finished: Callable[[], bool] | None = None,
 ) -> list[Report]:
     """Call ``step`` until ``done()``, the timeout, ``stop`` or Ctrl-C; collect its reports.
 
@@ -41,6 +42,9 @@ def poll_rounds(
         max_consecutive_errors: Failed steps in a row tolerated (each logged, then ``recover``)
             before the error is raised.
         on_idle: Called after every poll that closed nothing (e.g. to log who is missing).
+        finished: Whether the federation has ended (every participant finished), checked after
+            every poll that closed nothing, so that a round completed by the participants'
+            last uploads is still published before serving stops.
 
     Returns:
         The reports, in order.
@@ -72,6 +76,9 @@ def poll_rounds(
                 if callback is not None:
                     callback(report)
                 continue
+            if finished is not None and finished():
+                _logger.info("Every participant has finished: serving ends.")
+                break
             if on_idle is not None:
                 on_idle()
             if stop is not None:

@@ -9,7 +9,8 @@ Examples::
     optuna-fedbo serve --storage sqlite:///fed.db --name svm --round-timeout 600
     optuna-fedbo status --storage sqlite:///fed.db --name svm
 
-Differential privacy (DP-FTS-DE): ``--privacy-preset dp-fts-de`` (the paper's ``z = 1``,
+Differential privacy (DP-FTS-DE): ``--preset dp-fts-de`` (protocol and privacy), or
+``--privacy-preset dp-fts-de`` (the paper's ``z = 1``,
 ``q = 0.35``, ``S = 22``, moments accountant) and/or ``--privacy '{"noise_multiplier": 1.0,
 "sample_rate": 0.35, "clip_norm": 22, "epsilon_budget": 8}'`` (DPConfig fields, applied on top
 of the preset); ``status --ledger`` lists every accounted round.
@@ -25,6 +26,7 @@ import sys
 import time
 
 import optuna
+from optuna.distributions import BaseDistribution
 from optuna.distributions import json_to_distribution
 
 from optuna_fedbo.federation.config import ProtocolConfig
@@ -33,6 +35,7 @@ from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fts.config import FTSConfig
 from optuna_fedbo.federation.fts.presets import PRESETS
 from optuna_fedbo.federation.fts.presets import PRIVACY_PRESETS
+from optuna_fedbo.federation.preset import unpack
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
 from optuna_fedbo.federation.store import ServerSupersededError
@@ -73,7 +76,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     create.add_argument("--n-clients", type=int, required=True, help="Number of participants.")
     create.add_argument(
-        "--preset", choices=sorted(PRESETS), help="Protocol preset (default: FTSConfig())."
+        "--preset",
+        choices=sorted(PRESETS),
+        help="Paper preset (default: FTSConfig()); the dp-* presets turn differential privacy "
+        "on (DP-FTS-DE's z, q, S and accountant), fts-de is the same protocol without it.",
     )
     create.add_argument(
         "--protocol",
@@ -105,12 +111,17 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--poll-interval", type=float, default=1.0, help="Seconds between polls.")
     serve.add_argument(
         "--round-timeout",
-        type=float,
-        default=None,
-        help="Close a round this many seconds after its first upload, without stragglers.",
+        type=_timeout_argument,
+        default="auto",
+        help="When a round closes without stragglers: 'auto' (default: 3 times the slowest "
+        "running participant's typical trial time, at least 2 s, after the round's first "
+        "upload), a number of seconds after the first upload, or 'none' (wait for all N).",
     )
     serve.add_argument(
-        "--min-uploads", type=int, default=1, help="Fewest uploads with which a timeout closes."
+        "--min-uploads",
+        type=_min_uploads_argument,
+        default="auto",
+        help="Fewest uploads with which a timeout closes a round (default 'auto': half of N).",
     )
     serve.add_argument("--max-rounds", type=int, default=None, help="Stop after this many rounds.")
     serve.add_argument("--timeout", type=float, default=None, help="Stop after this many seconds.")
@@ -124,18 +135,77 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument(
         "--ledger", action="store_true", help="Also list every round of the privacy ledger."
     )
+    status.add_argument(
+        "--watch",
+        type=float,
+        nargs="?",
+        const=5.0,
+        default=None,
+        metavar="SECONDS",
+        help="Show the status again every SECONDS (default 5) until every participant has "
+        "finished (or Ctrl-C).",
+    )
     return parser
 
 
+def _timeout_argument(text: str) -> float | str | None:
+    if text.lower() in ("auto", "none"):
+        return None if text.lower() == "none" else "auto"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected 'auto', 'none' or a number of seconds, got {text!r}"
+        ) from None
+
+
+def _min_uploads_argument(text: str) -> int | str:
+    if text.lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer, got {text!r}") from None
+
+
+_DISTRIBUTION_EXAMPLE = (
+    '{"name": "FloatDistribution", "attributes": {"low": 0.001, "high": 1000, "log": true}}'
+)
+
+
+def _search_space(text: str) -> dict[str, BaseDistribution]:
+    """Parse ``--search-space``: name -> Optuna distribution JSON, with one-line errors."""
+    try:
+        record = _read_json(text)
+    except ValueError as error:
+        raise ValueError(f"--search-space is not valid JSON ({error}).") from None
+    if not isinstance(record, dict) or not record:
+        raise ValueError(
+            "--search-space must be a non-empty JSON object of parameter name -> Optuna "
+            f'distribution, e.g. {{"C": {_DISTRIBUTION_EXAMPLE}}}.'
+        )
+    space = {}
+    for name, value in record.items():
+        try:
+            if not isinstance(value, (dict, str)):
+                raise ValueError("not a distribution object")
+            space[name] = json_to_distribution(
+                value if isinstance(value, str) else json.dumps(value)
+            )
+        except Exception as error:
+            raise ValueError(
+                f"--search-space: parameter {name!r} is {json.dumps(value)}, not an Optuna "
+                f"distribution ({type(error).__name__}: {error}); write e.g. "
+                f"{_DISTRIBUTION_EXAMPLE} (optuna.distributions.distribution_to_json)."
+            ) from None
+    return space
+
+
 def _create(args: argparse.Namespace) -> int:
-    record = _read_json(args.search_space)
-    if not isinstance(record, dict):
-        raise ValueError("--search-space must be a JSON object.")
-    search_space = {
-        name: json_to_distribution(value if isinstance(value, str) else json.dumps(value))
-        for name, value in record.items()
-    }
-    protocol: ProtocolConfig = PRESETS[args.preset]() if args.preset else FTSConfig()
+    search_space = _search_space(args.search_space)
+    preset = PRESETS[args.preset]() if args.preset else FTSConfig()
+    protocol: ProtocolConfig
+    protocol, preset_privacy = unpack(preset, None)
     if args.protocol:
         overrides = _read_json(args.protocol)
         if not isinstance(overrides, dict):
@@ -151,7 +221,7 @@ def _create(args: argparse.Namespace) -> int:
         n_clients=args.n_clients,
         storage=args.storage,
         protocol=protocol,
-        privacy=_privacy_argument(args),
+        privacy=_privacy_argument(args, preset_privacy),
         seed=args.seed,
     )
     print(f"created {federation.name} (config {federation.config_hash[:12]})")
@@ -165,10 +235,14 @@ def _create(args: argparse.Namespace) -> int:
     return 0
 
 
-def _privacy_argument(args: argparse.Namespace) -> DPConfig | None:
+def _privacy_argument(args: argparse.Namespace, base: DPConfig | None) -> DPConfig | None:
+    """The privacy: ``--privacy-preset`` (else the ``--preset``'s), then ``--privacy``."""
     if args.privacy_preset is None and not args.privacy:
-        return None
-    fields = PRIVACY_PRESETS[args.privacy_preset]().to_dict() if args.privacy_preset else {}
+        return base
+    if args.privacy_preset:
+        fields = PRIVACY_PRESETS[args.privacy_preset]().to_dict()
+    else:
+        fields = {} if base is None else base.to_dict()
     fields.pop("kind", None)
     if args.privacy:
         overrides = _read_json(args.privacy)
@@ -202,27 +276,57 @@ def _serve(args: argparse.Namespace) -> int:
             f"round {report.round}: {report.n_contributors} contributors ({report.reason})"
             + (f", {len(report.rejected)} rejected" if report.rejected else "")
             + ("" if report.n_clipped is None else f", {report.n_clipped} clipped")
+            + (
+                ", none selected by subsampling: noise only"
+                if report.n_selected == 0
+                or (report.epsilon is not None and not report.n_contributors)
+                else ""
+            )
             + ("" if report.epsilon is None else f", epsilon {report.epsilon:.4g}"),
             flush=True,
         )
 
+    server.announce()
     print(f"serving {federation.name} from round {server.open_round}", flush=True)
-    server.serve(
-        poll_interval=args.poll_interval,
-        max_rounds=args.max_rounds,
-        timeout=args.timeout,
-        callback=show,
-    )
+    try:
+        server.serve(
+            poll_interval=args.poll_interval,
+            max_rounds=args.max_rounds,
+            timeout=args.timeout,
+            callback=show,
+        )
+    finally:
+        server.announce(stopped="serve ended")
+    print(server.summary().format(), flush=True)
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
     federation = Federation.load(args.name, args.storage)
+    if args.watch is None:
+        return _show_status(federation, args)
+    try:
+        while True:
+            print(time.strftime("--- %Y-%m-%d %H:%M:%S ---"), flush=True)
+            _show_status(federation, args)
+            if federation.lifecycle().ended:
+                return 0
+            time.sleep(max(args.watch, 0.1))
+    except KeyboardInterrupt:
+        return 0
+
+
+def _show_status(federation: Federation, args: argparse.Namespace) -> int:
+    lifecycle = federation.lifecycle()
     protocol_status = getattr(federation.channel, "status", None)
     if protocol_status is not None:
         # A protocol with its own status (Fed-PNE: phases, best node, its privacy guarantee).
         report = protocol_status()
-        print(json.dumps(report.to_dict(), indent=2) if args.json else report.format())
+        if args.json:
+            print(json.dumps({**report.to_dict(), "lifecycle": lifecycle.to_dict()}, indent=2))
+        else:
+            print(report.format())
+            print(lifecycle.format(), flush=True)
         return 0
     status = federation.status()
     entries = federation.ledger_entries() if args.ledger else []
@@ -230,9 +334,11 @@ def _status(args: argparse.Namespace) -> int:
         record = status.to_dict()
         if args.ledger:
             record["ledger"] = [entry.to_dict() for entry in entries]
+        record["lifecycle"] = lifecycle.to_dict()
         print(json.dumps(record, indent=2))
         return 0
     print(status.format())
+    print(lifecycle.format(), flush=True)
     if args.ledger:
         if federation.privacy is None:
             print("ledger         none (no differential privacy)")
@@ -259,11 +365,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handlers[args.command](args)
     except (KeyError, ValueError, OSError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
-        print(f"optuna-fedbo {args.command}: error: {message}", file=sys.stderr)
+        print(f"optuna-fedbo {args.command}: error: {_one_line(message)}", file=sys.stderr)
         return 2
     except ServerSupersededError as error:
-        print(f"optuna-fedbo {args.command}: stopped: {error}", file=sys.stderr)
+        print(f"optuna-fedbo {args.command}: stopped: {_one_line(error)}", file=sys.stderr)
         return 3
+    except Exception as error:
+        if args.verbose:
+            raise
+        print(
+            f"optuna-fedbo {args.command}: error: {type(error).__name__}: {_one_line(error)} "
+            "(-v shows the traceback)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _one_line(message: object) -> str:
+    lines = str(message).strip().splitlines()
+    return lines[0] if lines else repr(message)
 
 
 if __name__ == "__main__":

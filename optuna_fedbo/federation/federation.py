@@ -21,8 +21,16 @@ from optuna.storages import BaseStorage
 from optuna_fedbo.federation.config import FederationConfig
 from optuna_fedbo.federation.config import ProtocolConfig
 from optuna_fedbo.federation.dp_config import DPConfig
+from optuna_fedbo.federation.lease import DEFAULT_LEASE_TTL
+from optuna_fedbo.federation.lease import Lease
 from optuna_fedbo.federation.ledger import LedgerEntry
 from optuna_fedbo.federation.ledger import PrivacyLedger
+from optuna_fedbo.federation.lifecycle import FederationSummary
+from optuna_fedbo.federation.lifecycle import Lifecycle
+from optuna_fedbo.federation.lifecycle import read_lifecycle
+from optuna_fedbo.federation.lifecycle import summarize
+from optuna_fedbo.federation.preset import Preset
+from optuna_fedbo.federation.preset import unpack
 from optuna_fedbo.federation.protocol import DEFAULT_PROTOCOL
 from optuna_fedbo.federation.protocol import get_protocol
 from optuna_fedbo.federation.store import check_client_id
@@ -192,7 +200,7 @@ class Federation:
         search_space: Mapping[str, BaseDistribution],
         n_clients: int,
         storage: str | BaseStorage | None = None,
-        protocol: ProtocolConfig | None = None,
+        protocol: ProtocolConfig | Preset | None = None,
         privacy: Any = None,
         seed: int = 0,
         load_if_exists: bool = False,
@@ -205,7 +213,9 @@ class Federation:
             n_clients: Number ``N`` of registered participants (public).
             storage: ``None`` (in-memory, one process), an RDB URL, a journal file
                 (``journal:PATH`` or a ``.log`` path) or any ``BaseStorage``.
-            protocol: The protocol; ``None`` is ``FTSConfig()``.
+            protocol: The protocol; ``None`` is ``FTSConfig()``. A
+                :class:`~optuna_fedbo.federation.preset.Preset` (e.g. ``presets.dp_fts_de()``)
+                brings its privacy along (an explicit ``privacy`` replaces it).
             privacy: ``None`` (no differential privacy) or a
                 :class:`~optuna_fedbo.federation.dp_config.DPConfig`: the server then runs
                 DP-FTS-DE's Algorithm 1 and accounts every round in the privacy ledger.
@@ -217,6 +227,7 @@ class Federation:
             ValueError: On invalid arguments, or if the federation exists (with another
                 configuration, or ``load_if_exists`` false).
         """
+        protocol, privacy = unpack(protocol, privacy)
         protocol = get_protocol(DEFAULT_PROTOCOL).config() if protocol is None else protocol
         config = FederationConfig(
             name=name,
@@ -275,7 +286,7 @@ class Federation:
             KeyError: If there is no federation of that name.
             ValueError: If an expected value differs from the stored configuration.
         """
-        store = FederationStore(resolve_storage(storage), name)
+        store = FederationStore(resolve_storage(storage, must_exist=True), name)
         federation = cls._from_store(store, wait=0.0)
         config = federation.config
         problems = []
@@ -492,7 +503,12 @@ class Federation:
         participants = tuple(self.participants())
         open_round = self.open_round()
         uploaded = tuple(c for c in self._store.upload_keys(open_round) if c in participants)
-        missing = tuple(c for c in participants if c not in uploaded)
+        states = self.lifecycle().states
+        missing = tuple(
+            c
+            for c in participants
+            if c not in uploaded and (c not in states or states[c].status != "finished")
+        )
         return FederationStatus(
             name=self.name,
             n_clients=self.n_clients,
@@ -504,6 +520,25 @@ class Federation:
             server=self._store.server_status(),
             privacy=None if self._privacy is None else self.privacy_ledger().summary(),
         )
+
+    # --------------------------------------------------------------------- lifecycle
+    def lease(
+        self, client_id: str, *, ttl: float = DEFAULT_LEASE_TTL, public: Any = None
+    ) -> Lease:
+        """Claim this process's lease on a participant id (see :mod:`.lease`).
+
+        Raises:
+            ParticipantBusyError: If another live process runs the same id.
+        """
+        return Lease(self._store, check_client_id(client_id), ttl=ttl, public=public)
+
+    def lifecycle(self) -> Lifecycle:
+        """Participants' states (active, finished, lost) and what keeps rounds from closing."""
+        return read_lifecycle(self)
+
+    def summary(self) -> FederationSummary:
+        """Rounds published, privacy spent, and every participant's trials by kind."""
+        return summarize(self)
 
     # ----------------------------------------------------------------------- privacy
     def privacy_ledger(self) -> PrivacyLedger:

@@ -12,7 +12,10 @@ one) that registers one :class:`Protocol` when it is imported:
   uploading, ``status()``; optionally ``privacy_spent()`` when the protocol accounts privacy
   itself rather than through the shared ledger);
 * ``simulate``: the dotted path ``"module:function"`` of its one-process simulation, an entry
-  point above the samplers (imported only when called).
+  point above the samplers (imported only when called);
+* ``sampler``: the dotted path ``"module:Class"`` of its participant sampler, a subclass of
+  :class:`optuna_fedbo.FedSampler` (``FedSampler(federation, ...)`` builds it; the samplers sit
+  above this layer, so it is imported only when needed).
 
 The shared machinery (:class:`~optuna_fedbo.federation.Federation`, the server, the CLI) looks a
 protocol up here by ``kind`` and never imports a protocol package at module level; the built-in
@@ -55,6 +58,7 @@ class Protocol:
         server: Its server-round class (a ``FederationServer`` subclass).
         channel: ``federation -> participant channel``.
         simulate: ``"module:function"`` of its simulation entry point.
+        sampler: ``"module:Class"`` of its participant sampler (``""``: none).
     """
 
     kind: str
@@ -62,11 +66,26 @@ class Protocol:
     server: type[FederationServer]
     channel: Callable[[Federation], Any]
     simulate: str
+    sampler: str = ""
 
     def simulate_function(self) -> Callable[..., Any]:
         """Import and return the simulation entry point."""
-        module, _, name = self.simulate.partition(":")
-        return getattr(importlib.import_module(module), name)
+        return _import(self.simulate)
+
+    def sampler_class(self) -> type:
+        """Import and return the participant sampler class.
+
+        Raises:
+            ValueError: If the protocol registered no sampler.
+        """
+        if not self.sampler:
+            raise ValueError(f"Protocol {self.kind!r} registered no participant sampler.")
+        return _import(self.sampler)
+
+
+def _import(path: str) -> Any:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def register_protocol(protocol: Protocol) -> None:

@@ -19,8 +19,10 @@ needs no clean-up.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import KW_ONLY
+import math
 import os
 import socket
 import threading
@@ -28,8 +30,21 @@ import time
 from typing import Any
 
 from optuna_fedbo.federation.federation import Federation
+from optuna_fedbo.federation.lease import LeaseBook
+from optuna_fedbo.federation.lifecycle import FederationSummary
 from optuna_fedbo.federation.protocol import get_protocol
 from optuna_fedbo.federation.store import ServerSupersededError
+
+#: ``round_timeout="auto"``: a round closes ``AUTO_TIMEOUT_FACTOR`` times the slowest running
+#: participant's typical trial duration after its first upload (per trial of the round) ...
+AUTO_TIMEOUT_FACTOR = 3.0
+#: ... but never sooner than this many seconds.
+AUTO_TIMEOUT_FLOOR = 2.0
+
+
+def auto_min_uploads(n_clients: int) -> int:
+    """``min_uploads="auto"``: half of the registered participants, rounded up."""
+    return max(1, math.ceil(n_clients / 2))
 
 
 @dataclass(frozen=True)
@@ -77,10 +92,16 @@ class FederationServer:
 
     Args:
         federation: The federation.
-        round_timeout: Seconds after the first valid upload of a round after which the round is
-            closed with the uploads that arrived (stragglers are left out); ``None`` waits for
-            all ``N`` participants (or ``step(force=True)``).
-        min_uploads: Fewest valid uploads with which a timeout closes a round.
+        round_timeout: When a round closes without every participant. ``"auto"`` (default):
+            :attr:`AUTO_TIMEOUT_FACTOR` (3) times the slowest running participant's typical
+            trial duration per trial of the round (participants report it in their leases),
+            and at least :attr:`AUTO_TIMEOUT_FLOOR` (2 s), after the round's first valid upload;
+            a number: that many seconds after the first valid upload; ``None``: wait for all
+            ``N`` participants (or ``step(force=True)``). A round with all ``N`` uploads closes
+            at once in every case.
+        min_uploads: Fewest valid uploads with which a timeout closes a round; ``"auto"``
+            (default): half of ``N``, rounded up. So one crashed or slow participant never
+            stalls the others, while a round is never closed with a lone upload by default.
         discard_uploads: Delete a round's raw uploads once it is published.
         heartbeat_interval: Seconds between the server's heartbeat writes.
 
@@ -101,25 +122,77 @@ class FederationServer:
         self,
         federation: Federation,
         *,
-        round_timeout: float | None,
-        min_uploads: int,
+        round_timeout: float | str | None,
+        min_uploads: int | str,
         discard_uploads: bool,
         heartbeat_interval: float,
     ) -> None:
         """Check the shared arguments, keep them, and claim a new server epoch."""
-        if round_timeout is not None and not round_timeout >= 0:
-            raise ValueError(f"round_timeout must be None or >= 0, got {round_timeout}.")
-        if min_uploads < 1:
-            raise ValueError(f"min_uploads must be at least 1, got {min_uploads}.")
+        if round_timeout != "auto" and round_timeout is not None:
+            if isinstance(round_timeout, str) or not round_timeout >= 0:
+                raise ValueError(
+                    f"round_timeout must be 'auto', None or >= 0, got {round_timeout!r}."
+                )
+        if min_uploads == "auto":
+            min_uploads = auto_min_uploads(federation.n_clients)
+        if isinstance(min_uploads, str) or isinstance(min_uploads, bool) or min_uploads < 1:
+            raise ValueError(f"min_uploads must be 'auto' or at least 1, got {min_uploads!r}.")
         self.federation = federation
         self._store = federation.store
         self._round_timeout = round_timeout
-        self._min_uploads = min_uploads
+        self._min_uploads = int(min_uploads)
         self._discard = discard_uploads
         self._heartbeat_interval = heartbeat_interval
         self._lock = threading.RLock()
         self._epoch = self._store.claim_server_epoch()
         self._last_heartbeat = float("-inf")
+        self._leases = LeaseBook(federation.store)
+        self._checked: dict[str, tuple[float, Any]] = {}
+
+    def _every(self, key: str, seconds: float, compute: Callable[[], Any]) -> Any:
+        """``compute()``, re-evaluated at most every ``seconds`` (storage reads while polling)."""
+        now = time.monotonic()
+        cached = self._checked.get(key)
+        if cached is None or now - cached[0] >= seconds:
+            cached = (now, compute())
+            self._checked[key] = cached
+        return cached[1]
+
+    def _work_per_round(self) -> int:
+        """Trials a participant runs per round (FTS: one; a Fed-PNE phase: its pulls)."""
+        return 1
+
+    def current_round_timeout(self) -> float | None:
+        """Seconds after a round's first valid upload at which it closes without stragglers.
+
+        With ``round_timeout="auto"``: ``max(AUTO_TIMEOUT_FLOOR, AUTO_TIMEOUT_FACTOR * T * w)``
+        where ``T`` is the longest typical trial duration reported by the running participants
+        (in their leases) and ``w`` the trials a participant runs per round; ``None`` (wait)
+        until some participant has reported one.
+        """
+        if self._round_timeout != "auto":
+            return self._round_timeout  # type: ignore[return-value]
+
+        def longest() -> float | None:
+            times = [
+                s.trial_seconds
+                for s in self._leases.states().values()
+                if s.status == "active" and s.trial_seconds is not None
+            ]
+            return max(times) if times else None
+
+        seconds = self._every("trial_seconds", 2.0, longest)
+        if seconds is None:
+            return None
+        return max(AUTO_TIMEOUT_FLOOR, AUTO_TIMEOUT_FACTOR * seconds * self._work_per_round())
+
+    def _participants_done(self) -> bool:
+        """Whether every registered participant has finished (or is lost): serving can end."""
+        return bool(self._every("ended", 2.0, lambda: self.federation.lifecycle().ended))
+
+    def summary(self) -> FederationSummary:
+        """Rounds published, privacy spent and every participant's trials by kind."""
+        return self.federation.summary()
 
     @property
     def open_round(self) -> int:
@@ -140,18 +213,33 @@ class FederationServer:
                 "Run one server per federation."
             )
 
-    def _heartbeat(self, force: bool = False) -> None:
+    def announce(self, stopped: str | None = None) -> None:
+        """Write the server's heartbeat now (participants then know a server runs), or, with
+        ``stopped``, record that it stopped (participants then warn that nothing is
+        published)."""
+        if stopped is not None and self._store.has_server_epoch(self._epoch + 1):
+            return  # a newer server owns the heartbeat record
+        self._heartbeat(force=True, stopped=stopped)
+
+    def _heartbeat(self, force: bool = False, stopped: str | None = None) -> None:
         now = time.monotonic()
         if not force and now - self._last_heartbeat < self._heartbeat_interval:
             return
         self._last_heartbeat = now
+        extra = {} if stopped is None else {"stopped": stopped}
         self._store.write_server_status(
             {
+                **extra,
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
                 "epoch": self._epoch,
                 "heartbeat": time.time(),
                 "open_round": self.open_round,
+                "heartbeat_interval": self._heartbeat_interval,
+                "closing": {
+                    "round_timeout": self._round_timeout,
+                    "min_uploads": self._min_uploads,
+                },
             }
         )
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from datetime import datetime
 import json
+import os
 import threading
 import time
 from typing import Any
@@ -68,16 +69,23 @@ MAX_CLIENT_ID_LENGTH = 128
 SQLITE_TIMEOUT = 60.0
 
 
-def resolve_storage(storage: str | BaseStorage | None) -> BaseStorage:
+def resolve_storage(storage: str | BaseStorage | None, *, must_exist: bool = False) -> BaseStorage:
     """Turn a storage argument into an Optuna storage.
 
     Args:
         storage: ``None`` (a new in-memory storage: one process only), a storage object, an RDB
             URL (``sqlite:///fed.db``, ``postgresql://user:pw@host/db``, ...), or a journal file
             as ``journal:PATH`` or any path ending in ``.log`` / ``.jsonl``.
+        must_exist: Refuse a SQLite or journal file that does not exist (loading a federation
+            never creates a file at a mistyped path).
 
     Returns:
         The storage.
+
+    Raises:
+        FederationNotFoundError: With ``must_exist``, for a file that does not exist.
+        ValueError: For a malformed URL, a missing directory, or a storage that cannot be
+            opened (one line, naming the URL).
     """
     if storage is None:
         return InMemoryStorage()
@@ -85,14 +93,49 @@ def resolve_storage(storage: str | BaseStorage | None) -> BaseStorage:
         return storage
     if not isinstance(storage, str) or not storage:
         raise ValueError(f"storage must be None, a URL or a BaseStorage, got {storage!r}.")
+    journal = None
     if storage.startswith("journal:"):
-        return JournalStorage(JournalFileBackend(storage[len("journal:") :]))
-    if "://" not in storage and storage.endswith((".log", ".jsonl")):
-        return JournalStorage(JournalFileBackend(storage))
-    if storage.startswith("sqlite"):
-        rdb = RDBStorage(storage, engine_kwargs={"connect_args": {"timeout": SQLITE_TIMEOUT}})
-        return optuna.storages.get_storage(rdb)
-    return optuna.storages.get_storage(storage)
+        journal = storage[len("journal:") :]
+    elif "://" not in storage and storage.endswith((".log", ".jsonl")):
+        journal = storage
+    if journal is not None:
+        _check_file(storage, journal, must_exist)
+        return JournalStorage(JournalFileBackend(journal))
+    if "://" not in storage:
+        raise ValueError(
+            f"Cannot open storage {storage!r}: not a URL (e.g. sqlite:///fed.db, "
+            "postgresql://user:password@host/db) nor a journal file (journal:PATH or PATH.log)."
+        )
+    try:
+        if storage.startswith("sqlite"):
+            from sqlalchemy.engine import make_url
+
+            database = make_url(storage).database
+            if database and database != ":memory:" and not database.startswith("file:"):
+                _check_file(storage, database, must_exist)
+            rdb = RDBStorage(storage, engine_kwargs={"connect_args": {"timeout": SQLITE_TIMEOUT}})
+            return optuna.storages.get_storage(rdb)
+        return optuna.storages.get_storage(storage)
+    except (FederationNotFoundError, ValueError):
+        raise
+    except Exception as error:
+        text = str(error).strip().splitlines()
+        raise ValueError(
+            f"Cannot open storage {storage!r}: {type(error).__name__}: "
+            f"{text[0] if text else 'no details'}"
+        ) from None
+
+
+def _check_file(storage: str, path: str, must_exist: bool) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise ValueError(
+            f"Cannot open storage {storage!r}: directory {directory!r} does not exist."
+        )
+    if must_exist and not os.path.exists(path):
+        raise FederationNotFoundError(
+            f"No federation in storage {storage!r}: the file {path!r} does not exist."
+        )
 
 
 def check_client_id(client_id: Any) -> str:

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+from optuna_fedbo.samplers._fed import FedSampler
+from optuna_fedbo.samplers._fed import TrialCounts
 from optuna_fedbo.samplers._fed_pne import FedPNEPhaseTimeout
 from optuna_fedbo.samplers._fed_pne import FedPNESampler
 from optuna_fedbo.samplers._fed_thompson import FedThompsonSampler
 from optuna_fedbo.samplers._ldp_ucb import LDPUCBSampler
+from optuna_fedbo.samplers._local_gp import LocalGPSampler
 from optuna_fedbo.samplers._rff_thompson import RFFThompsonSampler
 
 __all__ = [
     "FedPNEPhaseTimeout",
     "FedPNESampler",
+    "FedSampler",
     "FedThompsonSampler",
     "LDPUCBSampler",
+    "LocalGPSampler",
     "RFFThompsonSampler",
+    "TrialCounts",
 ]

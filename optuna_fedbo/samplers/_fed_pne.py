@@ -25,6 +25,9 @@ from optuna_fedbo.federation.fedpne.channel import FedPNEChannel
 from optuna_fedbo.federation.fedpne.channel import FedPNEStatus
 from optuna_fedbo.samplers._common import check_single_objective
 from optuna_fedbo.samplers._common import sample_independently
+from optuna_fedbo.samplers._fed import DEFAULT_LEASE_TTL
+from optuna_fedbo.samplers._fed import FedSampler
+from optuna_fedbo.samplers._fed import STALL_SECONDS
 
 _logger = optuna.logging.get_logger(__name__)
 
@@ -47,7 +50,7 @@ class FedPNEPhaseTimeout(RuntimeError):
     """The next Fed-PNE phase was not published in time (the message says who is missing)."""
 
 
-class FedPNESampler(BaseSampler):
+class FedPNESampler(FedSampler):
     """A participant of Fed-PNE / DP-Fed-PNE over a :class:`~optuna_fedbo.Federation`.
 
     Each completed trial is one *pull* of Algorithm 1: the sampler gives the trial a point of
@@ -90,6 +93,8 @@ class FedPNESampler(BaseSampler):
         warn_independent_sampling: Warn when such a parameter is sampled independently.
         seed: Seed of this participant's own randomness (uniform representative points and the
             independent sampler). DP noise never depends on it.
+        lease_ttl: Seconds after its last heartbeat at which this participant's lease on
+            ``client_id`` expires if its process dies (see :class:`~optuna_fedbo.FedSampler`).
     """
 
     def __init__(
@@ -103,6 +108,7 @@ class FedPNESampler(BaseSampler):
         independent_sampler: BaseSampler | None = None,
         warn_independent_sampling: bool = True,
         seed: int | None = None,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
     ) -> None:
         if phase_timeout is not None and not phase_timeout >= 0:
             raise ValueError(f"phase_timeout must be None or >= 0, got {phase_timeout!r}.")
@@ -111,8 +117,7 @@ class FedPNESampler(BaseSampler):
         if not poll_interval > 0:
             raise ValueError(f"poll_interval must be > 0, got {poll_interval!r}.")
         self.channel = FedPNEChannel(federation)
-        self.federation = federation
-        self.participant = federation.join(client_id)
+        self._participate(federation, client_id, lease_ttl)
         self._config = self.channel.config
         self._tag = federation.config_hash[:16]
         self._space = federation.search_space
@@ -133,11 +138,6 @@ class FedPNESampler(BaseSampler):
             _logger.info(f"{client_id}: {guarantee.description}")
 
     # ------------------------------------------------------------------------ accessors
-    @property
-    def client_id(self) -> str:
-        """This participant's id."""
-        return self.participant.client_id
-
     @property
     def n_clipped(self) -> int:
         """Objective values outside ``value_range`` seen by this sampler object (clipped)."""
@@ -252,6 +252,7 @@ class FedPNESampler(BaseSampler):
                     self._record(study, trial, {MODE_ATTR: "timeout"})
                     return self.channel.centre(view.best)
                 raise FedPNEPhaseTimeout(self._timeout_message(phase, waited, raising=True))
+            self._check_progress(stalled=waited >= STALL_SECONDS)
             if announced != phase.index:
                 announced = phase.index
                 _logger.info(
@@ -312,6 +313,14 @@ class FedPNESampler(BaseSampler):
         return done
 
     def _record(self, study: Study, trial: FrozenTrial, attrs: dict[str, Any]) -> None:
+        mode = attrs[MODE_ATTR]
+        if mode == "enqueued":
+            kind = "local"
+        elif mode == "pull" and attrs[PHASE_ATTR] == 1:
+            kind = "initial"  # phase 1 follows from the configuration alone
+        else:
+            kind = "federated"  # a published phase, or its best node
+        self._count(trial._trial_id, kind)
         storage = study._storage
         for key, value in attrs.items():
             storage.set_trial_system_attr(trial._trial_id, key, value)
@@ -357,6 +366,7 @@ class FedPNESampler(BaseSampler):
         state: TrialState,
         values: Sequence[float] | None,
     ) -> None:
+        self._trial_done(trial._trial_id)
         self._independent_sampler.after_trial(study, trial, state, values)
         with self._lock:
             self._points.pop(trial._trial_id, None)

@@ -6,11 +6,13 @@ from collections.abc import Sequence
 import copy
 import math
 import threading
+import time
 from typing import Any
 
 import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution
+from optuna.distributions import CategoricalDistribution
 from optuna.samplers import BaseSampler
 from optuna.samplers import RandomSampler
 from optuna.study import Study
@@ -30,6 +32,9 @@ from optuna_fedbo.federation.fts.schedules import resolve_schedule
 from optuna_fedbo.federation.fts.schedules import Schedule
 from optuna_fedbo.samplers._common import check_single_objective
 from optuna_fedbo.samplers._common import sample_independently
+from optuna_fedbo.samplers._fed import DEFAULT_LEASE_TTL
+from optuna_fedbo.samplers._fed import FedSampler
+from optuna_fedbo.samplers._fed import STALL_SECONDS
 from optuna_fedbo.samplers._observations import TrialObservations
 from optuna_fedbo.samplers._rff_thompson import RFFThompsonSampler
 
@@ -44,8 +49,17 @@ BROADCAST_ROUND_ATTR = "fedbo:broadcast_round"
 
 _OWN_DIGESTS_KEPT = 4
 
+#: How each sampling mode counts in :attr:`FedSampler.counts`.
+_KIND = {
+    "init": "initial",
+    "local": "local",
+    "fallback": "local",
+    "outside": "local",
+    "federated": "federated",
+}
 
-class FedThompsonSampler(BaseSampler):
+
+class FedThompsonSampler(FedSampler):
     """A participant of federated Thompson sampling (FTS, FTS-DE) over a :class:`Federation`.
 
     Each trial is one BO iteration of Algorithm 2 of DP-FTS-DE:
@@ -89,6 +103,8 @@ class FedThompsonSampler(BaseSampler):
         independent_sampler: Sampler for parameters outside the federation's search space.
         warn_independent_sampling: Warn when such a parameter is sampled independently.
         seed: Seed of this participant's own randomness (initial points, coin flips, draws).
+        lease_ttl: Seconds after its last heartbeat at which this participant's lease on
+            ``client_id`` expires if its process dies (see :class:`~optuna_fedbo.FedSampler`).
     """
 
     def __init__(
@@ -106,6 +122,7 @@ class FedThompsonSampler(BaseSampler):
         independent_sampler: BaseSampler | None = None,
         warn_independent_sampling: bool = True,
         seed: int | None = None,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
     ) -> None:
         if not isinstance(federation, Federation):
             raise ValueError(f"federation must be a Federation, got {federation!r}.")
@@ -113,8 +130,7 @@ class FedThompsonSampler(BaseSampler):
         if n_candidates < 1 or n_refinements < 0:
             raise ValueError("n_candidates must be >= 1 and n_refinements >= 0.")
         self._schedule = resolve_schedule(fts.schedule if schedule is None else schedule)
-        self.federation = federation
-        self.participant = federation.join(client_id)
+        self._participate(federation, client_id, lease_ttl)
         self._fts = fts
         self._local_sampler = local_sampler
         self._synchronous = synchronous
@@ -147,11 +163,6 @@ class FedThompsonSampler(BaseSampler):
         self._own_digests: dict[int, str] = {}
         self._warned_conflicts: set[str] = set()
         self._warned_exhausted = False
-
-    @property
-    def client_id(self) -> str:
-        """This participant's id."""
-        return self.participant.client_id
 
     @property
     def budget_exhausted(self) -> bool:
@@ -200,11 +211,7 @@ class FedThompsonSampler(BaseSampler):
             if name in used and used[name] != distribution:
                 if name not in self._warned_conflicts:
                     self._warned_conflicts.add(name)
-                    _logger.warning(
-                        f"Parameter {name!r} is suggested with {used[name]}, but federation "
-                        f"{self.federation.name!r} defines it as {distribution}; it is sampled "
-                        "independently and those trials are not modelled."
-                    )
+                    _logger.warning(_conflict_message(name, used[name], distribution, self))
                 continue
             space[name] = distribution
         return space
@@ -246,6 +253,7 @@ class FedThompsonSampler(BaseSampler):
                 box = self._partition.box(self.participant.subregion)
             return self._encoder.decode(self._encoder.encoding.sample(1, self._rng, box)[0])
         iteration = n_observed - self._fts.n_init + 1
+        self._check_progress()
         if self._rng.uniform() <= local_probability(self._schedule, iteration):
             return self._local_step(study, trial, posterior, "local")
         if self.budget_exhausted:
@@ -342,6 +350,7 @@ class FedThompsonSampler(BaseSampler):
     ) -> None:
         with self._lock:
             self._modes[trial._trial_id] = mode
+        self._count(trial._trial_id, _KIND[mode])
         try:
             storage = study._storage
             storage.set_trial_system_attr(trial._trial_id, MODE_ATTR, mode)
@@ -396,17 +405,28 @@ class FedThompsonSampler(BaseSampler):
                 initializing = self._observations.count < self._fts.n_init
             if initializing or self.budget_exhausted:
                 return
-            target = self._last_upload_round
-            broadcast = self.federation.wait_for_round(
-                target, self._sync_timeout, self._poll_interval
-            )
-            if broadcast is None and not self.budget_exhausted:
+            self._wait_for_round(self._last_upload_round)
+        except Exception:
+            _logger.warning(f"{self.client_id}: waiting for the broadcast failed.", exc_info=True)
+
+    def _wait_for_round(self, target: int) -> None:
+        """Synchronous mode: wait for round ``target``, warning if rounds do not close."""
+        self._check_progress()
+        started = time.monotonic()
+        while True:
+            waited = time.monotonic() - started
+            left = None if self._sync_timeout is None else self._sync_timeout - waited
+            if left is not None and left <= 0:
                 _logger.warning(
                     f"{self.client_id}: no broadcast for round {target} after "
                     f"{self._sync_timeout} s; continuing with the newest one."
                 )
-        except Exception:
-            _logger.warning(f"{self.client_id}: waiting for the broadcast failed.", exc_info=True)
+                return
+            chunk = STALL_SECONDS if left is None else min(STALL_SECONDS, left)
+            broadcast = self.federation.wait_for_round(target, chunk, self._poll_interval)
+            if broadcast is not None or self.budget_exhausted:
+                return
+            self._check_progress(stalled=True)
 
     def after_trial(
         self,
@@ -415,6 +435,7 @@ class FedThompsonSampler(BaseSampler):
         state: TrialState,
         values: Sequence[float] | None,
     ) -> None:
+        self._trial_done(trial._trial_id)
         self._independent_sampler.after_trial(study, trial, state, values)
         if self._local_sampler is not None:
             self._local_sampler.after_trial(study, trial, state, values)
@@ -477,6 +498,47 @@ class FedThompsonSampler(BaseSampler):
                 del self._own_digests[old]
             if self._last_upload_round is None or round_index > self._last_upload_round:
                 self._last_upload_round = round_index
+        if n_observations > self._fts.n_init:  # round 0 stays open during initial designs
+            self._uploaded_to(round_index)
+            if self._stalled(round_index):
+                self._check_progress(stalled=True)
+
+
+def _conflict_message(
+    name: str,
+    used: BaseDistribution,
+    defined: BaseDistribution,
+    sampler: FedThompsonSampler,
+) -> str:
+    """Why a parameter suggested with another distribution than the federation's is sampled
+    independently, and (accurately) whether its trials still count."""
+    inner = type(used) is type(defined) and _within(used, defined)
+    text = (
+        f"Parameter {name!r} is suggested with {used}, but federation "
+        f"{sampler.federation.name!r} defines it as {defined}, so the federated model does not "
+        f"choose it: it is sampled by {type(sampler._independent_sampler).__name__}. "
+    )
+    if inner:
+        return text + (
+            "Its values lie inside the federation's range, so these trials are still modelled "
+            "and shared. Suggest the federation's distribution to let the model choose it."
+        )
+    return text + (
+        "Trials whose values fall outside the federation's range are not modelled nor shared; "
+        "suggest the federation's distribution."
+    )
+
+
+def _within(used: BaseDistribution, defined: BaseDistribution) -> bool:
+    """Whether every value of ``used`` is a value of ``defined``."""
+    if isinstance(used, CategoricalDistribution):
+        return set(used.choices) <= set(defined.choices)  # type: ignore[attr-defined]
+    low, high = getattr(used, "low", None), getattr(used, "high", None)
+    if low is None or high is None:
+        return False
+    return defined._contains(defined.to_internal_repr(low)) and defined._contains(
+        defined.to_internal_repr(high)
+    )
 
 
 def _copy_statistics(statistics: SufficientStatistics) -> SufficientStatistics:

@@ -21,6 +21,7 @@ from optuna.trial import TrialState
 from optuna_fedbo.federation.config import ProtocolConfig
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fts.config import FTSConfig
+from optuna_fedbo.federation.preset import unpack
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
 from optuna_fedbo.samplers._fed_thompson import FedThompsonSampler
@@ -184,6 +185,7 @@ def simulate(
         raise ValueError(f"direction must be 'maximize' or 'minimize', got {direction!r}.")
     if sampler_factory is not None and sampler_kwargs:
         raise ValueError("Pass either sampler_factory or sampler_kwargs, not both.")
+    protocol, privacy = unpack(protocol, privacy)
     if protocol is not None and protocol.kind == "fedpne":
         # Fed-PNE's rounds are its phases: see simulate_fedpne (n_rounds = closed phases).
         if privacy is not None or sampler_factory is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from optuna_fedbo import FedPNEPhaseTimeout
 from optuna_fedbo import FedPNESampler
+from optuna_fedbo import FedSampler
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FedPNEConfig
@@ -13,6 +14,7 @@ __all__ = [
     "FedPNEConfig",
     "FedPNEPhaseTimeout",
     "FedPNESampler",
+    "FedSampler",
     "Federation",
     "FederationServer",
     "simulate_fedpne",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from optuna_fedbo import FedSampler
 from optuna_fedbo import FedThompsonSampler
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
@@ -12,6 +13,7 @@ from optuna_fedbo.federation import simulate
 __all__ = [
     "FTSConfig",
     "FedThompsonSampler",
+    "FedSampler",
     "Federation",
     "FederationServer",
     "presets",

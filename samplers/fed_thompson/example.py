@@ -34,12 +34,12 @@ if __name__ == "__main__":
         "example",
         search_space=search_space,
         n_clients=3,
-        protocol=fts.presets.dp_fts_de(n_subregions=2, n_init=5),
+        protocol=fts.presets.fts_de(n_subregions=2, n_init=5),
         seed=0,  # public: the shared random features and the sub-regions
     )
     server = fts.FederationServer(federation)
     studies = [
-        optuna.create_study(sampler=fts.FedThompsonSampler(federation, f"site-{i}", seed=i))
+        optuna.create_study(sampler=fts.FedSampler(federation, client_id=f"site-{i}", seed=i))
         for i in range(3)
     ]
     objectives = [make_objective(0.1 * i) for i in range(3)]

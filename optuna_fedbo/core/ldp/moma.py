@@ -6,6 +6,8 @@ import numpy as np
 
 from optuna_fedbo.core.ldp.acquisition import GPUCBIndex
 from optuna_fedbo.core.ldp.kernels import Kernel
+from optuna_fedbo.core.ldp.nystrom import check_dictionary_size
+from optuna_fedbo.core.ldp.nystrom import DEFAULT_MAX_DICTIONARY_SIZE
 from optuna_fedbo.core.ldp.nystrom import FeaturePosterior
 from optuna_fedbo.core.ldp.nystrom import nystrom_embed
 from optuna_fedbo.core.ldp.parameters import check_accuracy
@@ -14,6 +16,8 @@ from optuna_fedbo.core.ldp.parameters import check_horizon
 from optuna_fedbo.core.ldp.parameters import moma_beta
 from optuna_fedbo.core.ldp.parameters import moma_epoch_length
 from optuna_fedbo.core.ldp.parameters import nystrom_q
+from optuna_fedbo.core.ldp.parameters import practical_epoch_length
+from optuna_fedbo.core.ldp.parameters import resolve_regularization
 from optuna_fedbo.core.ldp.parameters import RewardModel
 from optuna_fedbo.core.ldp.tgp import _check_scale
 
@@ -44,6 +48,32 @@ def median_of_means_index(estimates: np.ndarray, gram: np.ndarray) -> tuple[int,
     return int(np.argmin(radii)), radii
 
 
+def resolve_epoch_length(epoch_length: int | str, horizon: int, delta: float) -> int:
+    """MoMA's ``k`` from ``"practical"``, ``"theorem"`` or an integer, checked against ``T``.
+
+    Raises:
+        ValueError: For an unknown name, a non-positive ``k``, or ``k > T``.
+    """
+    if epoch_length == "practical":
+        k = practical_epoch_length(horizon, delta)
+    elif epoch_length == "theorem":
+        k = moma_epoch_length(horizon, delta)
+    elif isinstance(epoch_length, bool) or not isinstance(epoch_length, int) or epoch_length < 1:
+        raise ValueError(
+            "epoch_length must be 'practical', 'theorem' or a positive integer, got "
+            f"{epoch_length!r}."
+        )
+    else:
+        k = epoch_length
+    if k > horizon:
+        raise ValueError(
+            f"The horizon T = {horizon} is smaller than one MoMA epoch of k = {k} plays "
+            f"(epoch_length={epoch_length!r}); increase the horizon or use "
+            "epoch_length='practical' (at least ten epochs at any horizon)."
+        )
+    return int(k)
+
+
 class MoMAGPUCB:
     """The MoMA-GP-UCB state machine: ``add_epoch`` results, read the ``acquisition`` index.
 
@@ -52,27 +82,39 @@ class MoMAGPUCB:
     :meth:`add_epoch`); the embedding is re-sampled from the ``n`` epoch points with their
     ``sigma_{n-1}`` (line 7); ``k`` least-squares estimates are fitted, the ``j``-th on the
     ``j``-th reward of every epoch (line 10), and the one with the smallest median distance to
-    the others in the ``V``-norm gives the new mean (lines 11-13). ``k = ceil(24 ln(4eT/delta))``
-    (:func:`~.parameters.moma_epoch_length`) unless ``epoch_length`` overrides it; ``beta`` is
-    :func:`~.parameters.moma_beta` (Theorem 4, Corollary 1 for LDP rewards), its noise term
-    multiplied by ``beta_scale``. The ``j``-th reward of an epoch is the ``j``-th entry passed;
-    any fixed assignment of plays to rows is the algorithm's (an epoch's plays are exchangeable).
+    the others in the ``V``-norm gives the new mean (lines 11-13). The theorem's
+    ``k = ceil(24 ln(4eT/delta))`` (:func:`~.parameters.moma_epoch_length`) leaves no epoch
+    below ``T = 202`` and three at ``T = 1000``, so the default is the "order-wise similar"
+    :func:`~.parameters.practical_epoch_length` (trade-off documented there); ``beta`` is
+    :func:`~.parameters.moma_beta` (Theorem 4, Corollary 1 for LDP rewards), all its terms
+    but ``B`` multiplied by ``beta_scale``. The ``j``-th reward of an epoch is the ``j``-th entry
+    passed; any fixed assignment of plays to rows is the algorithm's (an epoch's plays are
+    exchangeable).
 
     Args:
         kernel: The kernel.
         rewards: The reward model (LDP or heavy-tailed).
         horizon: ``T``; it must hold at least one epoch.
         delta: Confidence ``delta in (0, 1]``.
-        epoch_length: ``k``; ``None`` uses the theorem's value. Smaller values are the
-            practical, "order-wise similar" choice when ``T`` is small.
-        regularization: ``lambda > 0``.
+        epoch_length: ``k``: ``"practical"`` (default) for
+            :func:`~.parameters.practical_epoch_length` (``ceil(ln(4eT/delta))``, at most
+            ``T / 10``: at least ten epochs at any horizon), ``"theorem"`` for
+            ``ceil(24 ln(4eT/delta))`` (Algorithm 3; three epochs at ``T = 1000``, none below
+            ``T = 202``), or a positive integer.
+        regularization: ``lambda > 0``, or ``"practical"`` (default) for
+            :func:`~.parameters.practical_regularization`, ``4 c / B^2``; the theorems' analyses
+            use 1.
         accuracy: Nystrom accuracy ``varepsilon in (0, 1)``.
-        beta_scale: Multiplier of the noise term of the theoretical ``beta`` (the ``B`` term is
-            kept; 1 is the theorem).
+        beta_scale: Multiplier of every term of the theoretical ``beta`` but ``B`` (the
+            Nystrom term ``B / sqrt(1 - varepsilon)`` and the noise term); 1 is the theorem.
+        max_dictionary_size: Bound on the Nystrom dictionary (see
+            :func:`~.nystrom.nystrom_embed`), so that a round costs ``O(m^2 t)`` at most instead
+            of ``O(t^3)``; ``None`` is the paper's unbounded dictionary.
         rng: Source of the dictionary sampling (algorithmic randomness, not privacy noise).
 
     Raises:
-        ValueError: If the horizon is shorter than one epoch.
+        ValueError: If the horizon is shorter than one epoch (only possible with the theorem's
+            or an explicit ``k``).
     """
 
     def __init__(
@@ -82,35 +124,23 @@ class MoMAGPUCB:
         *,
         horizon: int,
         delta: float = 0.05,
-        epoch_length: int | None = None,
-        regularization: float = 1.0,
+        epoch_length: int | str = "practical",
+        regularization: float | str = "practical",
         accuracy: float = 0.5,
         beta_scale: float = 1.0,
+        max_dictionary_size: int | None = DEFAULT_MAX_DICTIONARY_SIZE,
         rng: np.random.Generator | None = None,
     ) -> None:
-        if not (isinstance(regularization, (int, float)) and regularization > 0):
-            raise ValueError(f"regularization must be positive, got {regularization!r}.")
         self.kernel = kernel
         self.rewards = rewards
         self.horizon = check_horizon(horizon)
         self.delta = check_delta(delta)
-        if epoch_length is None:
-            epoch_length = moma_epoch_length(self.horizon, self.delta)
-        elif (
-            isinstance(epoch_length, bool) or not isinstance(epoch_length, int) or epoch_length < 1
-        ):
-            raise ValueError(f"epoch_length must be a positive integer, got {epoch_length!r}.")
-        if epoch_length > self.horizon:
-            raise ValueError(
-                f"The horizon T = {self.horizon} is smaller than one MoMA epoch of "
-                f"k = {epoch_length} plays (k = ceil(24 ln(4eT/delta)) unless epoch_length is "
-                "given); increase the horizon or set a smaller epoch_length."
-            )
-        self.epoch_length = int(epoch_length)
-        self.regularization = float(regularization)
+        self.epoch_length = resolve_epoch_length(epoch_length, self.horizon, self.delta)
+        self.regularization = resolve_regularization(regularization, rewards)
         self.accuracy = check_accuracy(accuracy)
         self.beta_scale = _check_scale(beta_scale)
         self.q = nystrom_q(self.accuracy, self.horizon, self.delta)
+        self.max_dictionary_size = check_dictionary_size(max_dictionary_size)
         self._rng = rng if rng is not None else np.random.default_rng()
         self._points: list[np.ndarray] = []
         self._rewards: list[np.ndarray] = []
@@ -149,7 +179,9 @@ class MoMAGPUCB:
         self._rewards.append(rewards)
         points = np.array(self._points)
         _, variances = self.posterior.predict(points)  # sigma_{n-1}^2 at the epoch points
-        embedding = nystrom_embed(self.kernel, points, variances, self.q, self._rng)
+        embedding = nystrom_embed(
+            self.kernel, points, variances, self.q, self._rng, max_size=self.max_dictionary_size
+        )
         m = embedding.dimension
         if m == 0:
             self.posterior = FeaturePosterior.prior(self.kernel, self.regularization)
@@ -163,7 +195,7 @@ class MoMAGPUCB:
         self.posterior = FeaturePosterior(embedding, estimates[best], gram, self.regularization)
 
     def beta(self) -> float:
-        """``beta_{n+1}`` (noise term times ``beta_scale``): the width of the next epoch."""
+        """``beta_{n+1}`` (all but ``B`` times ``beta_scale``): the width of the next epoch."""
         return moma_beta(
             self.n_epochs,
             self.dimension,

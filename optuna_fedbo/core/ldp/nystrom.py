@@ -22,12 +22,25 @@ Choices the paper leaves open, fixed here:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from optuna_fedbo.core.ldp.kernels import Kernel
 
 #: Relative eigenvalue threshold of the pseudo-inverse square root.
 PSEUDO_INVERSE_TOLERANCE = 1e-10
+#: Default bound on the dictionary of ATA and MoMA (``None`` there is the paper's unbounded one).
+DEFAULT_MAX_DICTIONARY_SIZE = 64
+
+
+def check_dictionary_size(max_size: int | None) -> int | None:
+    """Validate a dictionary bound: ``None`` or a positive integer."""
+    if max_size is not None and (
+        isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1
+    ):
+        raise ValueError(f"max_dictionary_size must be a positive integer, got {max_size!r}.")
+    return max_size
 
 
 class NystromEmbedding:
@@ -56,6 +69,11 @@ class NystromEmbedding:
         self._transform = (vectors / np.sqrt(eigenvalues[keep])) @ vectors.T
 
     @property
+    def transform(self) -> np.ndarray:
+        """``T = (K_D^(1/2))^+`` (symmetric, ``m x m``): ``phi(x) = T k_D(x)``."""
+        return self._transform
+
+    @property
     def dimension(self) -> int:
         """``m``: the number of distinct dictionary points."""
         return int(self.dictionary.shape[0])
@@ -67,14 +85,6 @@ class NystromEmbedding:
             return np.zeros((x.shape[0], 0))
         return self.kernel(x, self.dictionary) @ self._transform
 
-    def jacobian(self, x: np.ndarray) -> np.ndarray:
-        """``d phi_j(x_n) / d x_n``, shape ``(n, m, D)``."""
-        x = np.atleast_2d(np.asarray(x, dtype=float))
-        if self.dimension == 0:
-            return np.zeros((x.shape[0], 0, x.shape[1]))
-        grad = self.kernel.gradient(x, self.dictionary)  # (n, m, D)
-        return np.einsum("nid,ij->njd", grad, self._transform)
-
 
 def inclusion_probabilities(variances: np.ndarray, q: float, counts: np.ndarray | None = None):
     """``p = min(q sigma^2, 1)``, or ``1 - (1 - p)^n`` for a point played ``n`` times."""
@@ -85,6 +95,25 @@ def inclusion_probabilities(variances: np.ndarray, q: float, counts: np.ndarray 
     return 1.0 - (1.0 - p) ** np.asarray(counts, dtype=float)
 
 
+def capped_oversampling(
+    variances: np.ndarray, q: float, max_size: int, counts: np.ndarray | None = None
+) -> float:
+    """The largest ``q' <= q`` whose expected dictionary size is at most ``max_size``.
+
+    The expected size ``sum_i p_i(q')`` is increasing in ``q'``; it is solved for by bisection
+    (on ``log q'``) when ``q`` itself expects more than ``max_size`` points.
+    """
+    if float(np.sum(inclusion_probabilities(variances, q, counts))) <= max_size:
+        return float(q)
+    low, high = 0.0, math.log(q)
+    low = high - 60.0  # q e^-60: expects ~0 points
+    for _ in range(60):
+        middle = 0.5 * (low + high)
+        size = float(np.sum(inclusion_probabilities(variances, math.exp(middle), counts)))
+        low, high = (middle, high) if size <= max_size else (low, middle)
+    return math.exp(low)
+
+
 def nystrom_embed(
     kernel: Kernel,
     points: np.ndarray,
@@ -93,8 +122,17 @@ def nystrom_embed(
     rng: np.random.Generator,
     *,
     counts: np.ndarray | None = None,
+    max_size: int | None = None,
 ) -> NystromEmbedding:
     """``NystromEmbed({(x_i, sigma_i)}, q)``: sample a dictionary and build its embedding.
+
+    With ``max_size`` the dictionary is bounded, a departure from the paper made for speed on
+    continuous spaces, where every trial is a new point: with the theorems' ``q`` (813 at
+    ``T = 1000``) every point whose variance exceeds ``1 / q`` is kept with probability one, so
+    the dictionary grows like ``t`` and a round costs ``O(t^3)``. When the paper's ``q`` expects
+    more than ``max_size`` points, ``q`` is lowered to :func:`capped_oversampling` (so sampling
+    stays proportional to ``sigma^2``, the ridge leverage scores: uncertain points are still
+    preferred), and a draw that still exceeds ``max_size`` keeps a uniform subset of it.
 
     Args:
         kernel: The kernel.
@@ -103,12 +141,18 @@ def nystrom_embed(
         q: The oversampling parameter ``q`` (see :func:`~.parameters.nystrom_q`).
         rng: Source of the (algorithmic, not privacy) randomness of the dictionary.
         counts: Play counts of distinct ``points``; ``None`` means each was played once.
+        max_size: Largest dictionary; ``None`` for the paper's unbounded one.
 
     Returns:
         The embedding of the sampled dictionary.
     """
     points = np.atleast_2d(np.asarray(points, dtype=float))
-    keep = rng.random(points.shape[0]) < inclusion_probabilities(variances, q, counts)
+    if check_dictionary_size(max_size) is not None:
+        q = capped_oversampling(variances, q, max_size, counts)
+    probabilities = inclusion_probabilities(variances, q, counts)
+    keep = np.flatnonzero(rng.random(points.shape[0]) < probabilities)
+    if max_size is not None and len(keep) > max_size:
+        keep = np.sort(rng.choice(keep, size=max_size, replace=False))
     return NystromEmbedding(kernel, points[keep])
 
 
@@ -117,6 +161,11 @@ class FeaturePosterior:
 
         mu(x)      = phi(x)^T theta
         sigma^2(x) = k(x, x) - phi(x)^T phi(x) + lambda phi(x)^T V^{-1} phi(x)
+
+    With ``phi(x) = T k_D(x)`` (``T`` the embedding's transform) both are folded into the
+    dictionary's kernel vector once: ``mu(x) = k_D(x)^T (T theta)`` and ``sigma^2(x) = k(x, x)
+    + k_D(x)^T T (lambda V^{-1} - I) T k_D(x)``, so a prediction costs one kernel evaluation and
+    one ``m x m`` product.
 
     Args:
         embedding: The embedding ``phi``.
@@ -140,7 +189,11 @@ class FeaturePosterior:
         m = embedding.dimension
         if self.theta.shape != (m,) or gram.shape != (m, m):
             raise ValueError("theta and gram must match the embedding dimension.")
-        self._factor = scipy.linalg.cho_factor(gram, lower=True) if m > 0 else None
+        transform = embedding.transform
+        inverse = scipy.linalg.cho_solve(scipy.linalg.cho_factor(gram), np.eye(m)) if m else gram
+        self._mean_weights = transform @ self.theta
+        middle = self.regularization * inverse - np.eye(m)
+        self._variance_matrix = transform @ middle @ transform
 
     @classmethod
     def prior(cls, kernel: Kernel, regularization: float) -> FeaturePosterior:
@@ -154,36 +207,28 @@ class FeaturePosterior:
 
     def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean and variance at points of shape ``(n, D)``."""
-        import scipy.linalg
-
         x = np.atleast_2d(np.asarray(x, dtype=float))
         prior = self.embedding.kernel.diag(x)
-        if self._factor is None:
+        if self.embedding.dimension == 0:
             return np.zeros(x.shape[0]), prior
-        phi = self.embedding(x)
-        solved = scipy.linalg.cho_solve(self._factor, phi.T).T
-        variance = (
-            prior - np.sum(phi * phi, axis=1) + self.regularization * np.sum(phi * solved, axis=1)
-        )
-        return phi @ self.theta, np.maximum(variance, 0.0)
+        cross = self.embedding.kernel(x, self.embedding.dictionary)  # (n, m)
+        variance = prior + np.sum((cross @ self._variance_matrix) * cross, axis=1)
+        return cross @ self._mean_weights, np.maximum(variance, 0.0)
 
     def predict_with_grads(
         self, x: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Mean, variance and their gradients (shape ``(n, D)``)."""
-        import scipy.linalg
-
         x = np.atleast_2d(np.asarray(x, dtype=float))
         prior = self.embedding.kernel.diag(x)
-        if self._factor is None:
+        if self.embedding.dimension == 0:
             zeros = np.zeros_like(x)
             return np.zeros(x.shape[0]), prior, zeros, zeros.copy()
-        phi = self.embedding(x)
-        jacobian = self.embedding.jacobian(x)  # (n, m, D)
-        solved = scipy.linalg.cho_solve(self._factor, phi.T).T
-        variance = (
-            prior - np.sum(phi * phi, axis=1) + self.regularization * np.sum(phi * solved, axis=1)
-        )
-        grad_mean = np.einsum("nmd,m->nd", jacobian, self.theta)
-        grad_variance = 2.0 * np.einsum("nmd,nm->nd", jacobian, self.regularization * solved - phi)
-        return phi @ self.theta, np.maximum(variance, 0.0), grad_mean, grad_variance
+        dictionary = self.embedding.dictionary
+        cross = self.embedding.kernel(x, dictionary)  # (n, m)
+        jacobian = self.embedding.kernel.gradient(x, dictionary)  # (n, m, D)
+        weighted = cross @ self._variance_matrix
+        variance = prior + np.sum(weighted * cross, axis=1)
+        grad_mean = np.einsum("nmd,m->nd", jacobian, self._mean_weights)
+        grad_variance = 2.0 * np.einsum("nmd,nm->nd", jacobian, weighted)
+        return cross @ self._mean_weights, np.maximum(variance, 0.0), grad_mean, grad_variance

@@ -274,8 +274,10 @@ def nystrom_q(accuracy: float, horizon: int, delta: float) -> float:
     return 6.0 * nystrom_rho(accuracy) * math.log(4.0 * horizon / delta) / accuracy**2
 
 
-def _approximation_bias(value_bound: float, accuracy: float) -> float:
-    return value_bound * (1.0 + 1.0 / math.sqrt(1.0 - check_accuracy(accuracy)))
+def _approximation_term(value_bound: float, accuracy: float) -> float:
+    """``B / sqrt(1 - varepsilon)``: the part of ``B (1 + 1 / sqrt(1 - varepsilon))`` (Theorems 2
+    and 4) that the Nystrom approximation adds to the exact-GP term ``B``."""
+    return value_bound / math.sqrt(1.0 - check_accuracy(accuracy))
 
 
 def ata_truncation(
@@ -323,14 +325,16 @@ def ata_beta(
     accuracy, as in Theorem 4). For a general ``alpha`` the second term is
     ``4 sqrt(m_t / lambda) v^(1/(1+alpha)) ln(4 m_t T / delta)^(alpha/(1+alpha))
     t^((1-alpha)/(2(1+alpha)))``. With ``m_t = 0`` (no embedding yet) the second term is 0.
-    ``width_scale`` multiplies the second (noise) term; 1 is the theorem.
+    ``width_scale`` multiplies every term but ``B``: the approximation term
+    ``B / sqrt(1 - varepsilon)`` and the noise term, as it multiplies every term but ``B`` in
+    :func:`tgp_beta`; 1 is the theorem.
     """
     horizon, delta = check_horizon(horizon), check_delta(delta)
     regularization = _check_positive("regularization", regularization)
-    bias = _approximation_bias(rewards.value_bound, accuracy)
     width_scale = _check_positive("width_scale", width_scale)
+    approximation = _approximation_term(rewards.value_bound, accuracy)
     if dimension <= 0:
-        return bias
+        return rewards.value_bound + width_scale * approximation
     alpha = float(rewards.moment_order)
     log_term = math.log(4.0 * dimension * horizon / delta)
     width = (
@@ -340,13 +344,81 @@ def ata_beta(
         * log_term ** (alpha / (1.0 + alpha))
         * max(t, 1) ** ((1.0 - alpha) / (2.0 * (1.0 + alpha)))
     )
-    return bias + _check_positive("width_scale", width_scale) * width
+    return rewards.value_bound + width_scale * (approximation + width)
 
 
 def moma_epoch_length(horizon: int, delta: float) -> int:
     """``k = ceil(24 ln(4 e T / delta))`` plays per epoch (Algorithm 3, line 3; Theorem 4)."""
     horizon, delta = check_horizon(horizon), check_delta(delta)
     return math.ceil(24.0 * math.log(4.0 * math.e * horizon / delta))
+
+
+#: The fewest epochs :func:`practical_epoch_length` leaves in a horizon.
+MIN_PRACTICAL_EPOCHS = 10
+
+
+def practical_epoch_length(horizon: int, delta: float) -> int:
+    """MoMA's ``k`` at tuning budgets: ``min(ceil(ln(4 e T / delta)), max(1, floor(T / 10)))``.
+
+    The theorem's ``k = ceil(24 ln(4eT/delta))`` (:func:`moma_epoch_length`) is 202 plays at
+    ``T = 20`` and 295 at ``T = 1000``: one epoch at most, or three, i.e. GP-UCB with three
+    distinct points. The constant 24 comes from a Chernoff bound that makes the median of ``k``
+    estimates fail with probability ``delta / T`` *uniformly over all epochs*; the ``ln(T /
+    delta)`` growth is what makes the median robust, and it is kept. Dropping the constant (the
+    paper's experiments use parameters "order-wise similar" to the theorems') gives 9 plays at
+    ``T = 20``, 11 at 150, 13 at 1000 and 15 at 10,000; the cap ``T / 10`` then guarantees at
+    least ten epochs (``k = 2`` at ``T = 20``). The price: the confidence of the
+    median-of-means step is no longer the theorem's ``1 - delta``; with ``k`` below 3 the
+    median of the ``k - 1`` distances cannot reject an outlier and the choice among the ``k``
+    estimates is arbitrary (each is still an unbiased least-squares estimate).
+    """
+    horizon, delta = check_horizon(horizon), check_delta(delta)
+    order = math.ceil(math.log(4.0 * math.e * horizon / delta))
+    return max(1, min(order, horizon // MIN_PRACTICAL_EPOCHS))
+
+
+#: Floor of :func:`practical_regularization`.
+MIN_PRACTICAL_REGULARIZATION = 0.01
+
+
+def practical_regularization(rewards: RewardModel) -> float:
+    """``lambda = 4 c / B^2``: the noise variance of the rewards relative to the spread of ``f``.
+
+    The theorems fix ``lambda`` (1 in the GP-UCB analyses they build on) and pay for the
+    mismatch with a wide ``beta``. At tuning budgets the posterior mean itself matters: with
+    ``lambda = 1`` and Laplace noise of variance ``2 L^2 = 8 (B + R)^2 / epsilon^2`` (8 times
+    ``B^2`` at ``epsilon = 1``, ``R = 0``) it chases the noise. The GP posterior of a function
+    of prior standard deviation ``s`` (kernel ``s^2 k``) under noise of variance ``c`` equals
+    that of kernel ``k`` with ``lambda = c / s^2``, the Bayes-optimal ridge. ``c`` is the bound
+    on the second moment of the noise the theorems already use: ``R^2 + 2 L^2`` for LDP rewards
+    (Corollary 1), ``c`` (``alpha = 1``) or ``c^(2 / (1 + alpha))`` for heavy-tailed ones. ``s =
+    B / 2``: ``B`` bounds ``|f|``, and a function that spans ``[-B, B]`` has a standard
+    deviation of about ``B / 2`` over the domain (the maximum of a GP draw over a cube is 2-3
+    prior standard deviations). On GP draws (``benchmarks/ldp_gp_draws.py``, development seeds)
+    ``4 c / B^2`` beat ``c / B^2``, ``16 c / B^2`` and ``lambda = 1``.
+    The floor :data:`MIN_PRACTICAL_REGULARIZATION` applies to nearly noiseless rewards (large
+    ``epsilon``): it keeps the Gram matrices well conditioned, and keeps the Nystrom sampling
+    (probability ``q sigma^2``, and ``sigma^2`` of a played point is about ``lambda``) from
+    dropping the played points out of the dictionary.
+    """
+    alpha = float(rewards.moment_order)
+    noise = rewards.noise_moment ** (2.0 / (1.0 + alpha))
+    return max(4.0 * noise / rewards.value_bound**2, MIN_PRACTICAL_REGULARIZATION)
+
+
+def resolve_regularization(regularization: float | str, rewards: RewardModel) -> float:
+    """``lambda`` from ``"practical"`` (:func:`practical_regularization`) or a positive number.
+
+    Raises:
+        ValueError: For any other value.
+    """
+    if regularization == "practical":
+        return practical_regularization(rewards)
+    if isinstance(regularization, str):
+        raise ValueError(
+            f"regularization must be 'practical' or a positive number, got {regularization!r}."
+        )
+    return _check_positive("regularization", regularization)
 
 
 def moma_beta(
@@ -366,10 +438,11 @@ def moma_beta(
         beta_{n+1} = B (1 + 1 / sqrt(1 - varepsilon))
                      + 3 lambda^(-1/2) (9 m_n c)^(1/(1+alpha)) n^((1-alpha)/(2(1+alpha)))
 
-    ``width_scale`` multiplies the second (noise) term; 1 is the theorem.
+    ``width_scale`` multiplies every term but ``B`` (as in :func:`ata_beta`); 1 is the theorem.
     """
     regularization = _check_positive("regularization", regularization)
-    bias = _approximation_bias(rewards.value_bound, accuracy)
+    width_scale = _check_positive("width_scale", width_scale)
+    approximation = _approximation_term(rewards.value_bound, accuracy)
     alpha = float(rewards.moment_order)
     width = (
         3.0
@@ -377,4 +450,4 @@ def moma_beta(
         * (9.0 * max(dimension, 0) * rewards.noise_moment) ** (1.0 / (1.0 + alpha))
         * max(n, 1) ** ((1.0 - alpha) / (2.0 * (1.0 + alpha)))
     )
-    return bias + _check_positive("width_scale", width_scale) * width
+    return rewards.value_bound + width_scale * (approximation + width)

@@ -10,6 +10,7 @@ from optuna_fedbo.core.ldp.acquisition import GPUCBIndex
 from optuna_fedbo.core.ldp.gp import ExactGPPosterior
 from optuna_fedbo.core.ldp.kernels import Kernel
 from optuna_fedbo.core.ldp.parameters import check_delta
+from optuna_fedbo.core.ldp.parameters import resolve_regularization
 from optuna_fedbo.core.ldp.parameters import RewardModel
 from optuna_fedbo.core.ldp.parameters import tgp_beta
 from optuna_fedbo.core.ldp.parameters import tgp_truncation
@@ -42,7 +43,9 @@ class TGPUCB:
         rewards: :class:`~.parameters.LaplaceRewards` (LDP-TGP-UCB) or
             :class:`~.parameters.HeavyTailedRewards` (TGP-UCB).
         delta: Confidence ``delta in (0, 1]``.
-        regularization: ``lambda > 0``.
+        regularization: ``lambda > 0``, or ``"practical"`` (default) for
+            :func:`~.parameters.practical_regularization`, ``4 c / B^2``; the theorems' analyses
+            use 1.
         beta_scale: Multiplier of the noise terms of the theoretical ``beta``.
     """
 
@@ -52,15 +55,13 @@ class TGPUCB:
         rewards: RewardModel,
         *,
         delta: float = 0.05,
-        regularization: float = 1.0,
+        regularization: float | str = "practical",
         beta_scale: float = 1.0,
     ) -> None:
-        if not (isinstance(regularization, (int, float)) and regularization > 0):
-            raise ValueError(f"regularization must be positive, got {regularization!r}.")
         self.kernel = kernel
         self.rewards = rewards
         self.delta = check_delta(delta)
-        self.regularization = float(regularization)
+        self.regularization = resolve_regularization(regularization, rewards)
         self.beta_scale = _check_scale(beta_scale)
         self._index: dict[bytes, int] = {}
         self._unique: list[np.ndarray] = []

@@ -23,6 +23,7 @@ register_protocol(
         server=FedPNEServer,
         channel=FedPNEChannel,
         simulate="optuna_fedbo.simulation.fedpne:simulate_fedpne",
+        sampler="optuna_fedbo.samplers._fed_pne:FedPNESampler",
     )
 )
 

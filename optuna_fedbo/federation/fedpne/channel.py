@@ -273,9 +273,12 @@ class FedPNEChannel:
         )
         try:
             self.federation.store.write_upload(phase.index - 1, client_id, payload)
-        except KeyError:
-            # The round was closed and discarded between reading the pointer and writing.
-            return False
+        except Exception:
+            # The round was closed and discarded between reading the pointer and writing
+            # (KeyError, or on SQLite a StaleDataError while the server deletes it).
+            if self.view().phase.index > phase.index:
+                return False
+            raise
         return True
 
     def privacy_spent(self) -> tuple[float, float]:

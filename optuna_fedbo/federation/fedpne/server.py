@@ -24,10 +24,13 @@ until their phase is published, so a server restarted at any point rebuilds the 
 from the newest state and re-reads every node mean already uploaded; a crash between writing
 the state and publishing is finished on restart (the decision is never taken twice).
 
-Timeout and force policy. By default the server waits for all ``M`` participants, as the paper
-does (``optuna-fedbo status`` lists who is missing). ``round_timeout`` closes a phase that many
-seconds after its first valid upload (as seen by this server process) with the participants
-that uploaded, if at least ``min_uploads`` did; ``step(force=True)`` closes it at once with
+Timeout and force policy. The paper waits for all ``M`` participants (``round_timeout=None``;
+``optuna-fedbo status`` lists who is missing). By default (``round_timeout="auto"``, see
+:class:`~optuna_fedbo.federation.server.FederationServer`) a phase also closes, once at least
+``min_uploads`` (half of ``M``) uploaded, three times the slowest running participant's phase
+duration (its pulls times its typical trial duration) after the first valid upload, so that a
+crashed participant cannot stall the others; a number closes it that many seconds after the
+first valid upload (as seen by this server process). ``step(force=True)`` closes it at once with
 whoever uploaded. A forced close averages over the ``M'`` reporters and uses
 ``T_{h,i} = M' t`` in the widths ``b``: it estimates the reporters' average objective, not the
 federation's (a documented departure from the paper). Participants left out abandon their
@@ -147,9 +150,11 @@ class FedPNEServer(FederationServer):
 
     Args:
         federation: The federation (protocol :class:`~optuna_fedbo.federation.FedPNEConfig`).
-        round_timeout: Seconds after a phase's first valid upload after which it is closed with
-            the participants that uploaded; ``None`` (default) waits for all ``M``, as the paper.
-        min_uploads: Fewest valid uploads with which a timeout closes a phase.
+        round_timeout: ``"auto"`` (default; see the module docstring), seconds after a phase's
+            first valid upload after which it is closed with the participants that uploaded,
+            or ``None``: wait for all ``M``, as the paper.
+        min_uploads: Fewest valid uploads with which a timeout closes a phase (``"auto"``:
+            half of ``M``, rounded up).
         discard_uploads: Delete a round's raw uploads once it is published.
         heartbeat_interval: Seconds between the server's heartbeat writes.
     """
@@ -158,8 +163,8 @@ class FedPNEServer(FederationServer):
         self,
         federation: Federation,
         *,
-        round_timeout: float | None = None,
-        min_uploads: int = 1,
+        round_timeout: float | str | None = "auto",
+        min_uploads: int | str = "auto",
         discard_uploads: bool = True,
         heartbeat_interval: float = 5.0,
     ) -> None:
@@ -266,6 +271,9 @@ class FedPNEServer(FederationServer):
         """Whether the final phase has been published (nothing more to collect)."""
         return self._pending is None and self.phase.final
 
+    def _work_per_round(self) -> int:
+        return max(self.phase.budget, 1)
+
     def state(self) -> FedPNEServerState:
         """The core's state of the open phase, with the valid uploads that arrived so far."""
         with self._lock:
@@ -343,7 +351,9 @@ class FedPNEServer(FederationServer):
             return "complete"
         if force:
             return "forced"
-        if len(uploads) >= self._min_uploads and self._uploads.waited(self._round_timeout):
+        if len(uploads) >= self._min_uploads and self._uploads.waited(
+            self.current_round_timeout()
+        ):
             return "timeout"
         return None
 
@@ -414,7 +424,8 @@ class FedPNEServer(FederationServer):
         max_consecutive_errors: int = 10,
         log_interval: float = 60.0,
     ) -> list[PhaseRoundReport]:
-        """Poll the storage and close phases as they become ready, until the final phase.
+        """Poll the storage and close phases as they become ready, until the final phase (or
+        until every registered participant has finished its study or is lost).
 
         Args:
             poll_interval: Seconds between polls when nothing happened.
@@ -469,6 +480,7 @@ class FedPNEServer(FederationServer):
             callback=callback,
             max_consecutive_errors=max_consecutive_errors,
             on_idle=log_missing,
+            finished=self._participants_done,
         )
         if self.finished:
             _logger.info(

@@ -12,6 +12,7 @@ import threading
 import time
 
 import numpy as np
+import optuna
 
 from optuna_fedbo.core.rff import RandomFourierFeatures
 from optuna_fedbo.federation.federation import Federation
@@ -20,6 +21,11 @@ from optuna_fedbo.federation.fts.messages import Broadcast
 from optuna_fedbo.federation.fts.messages import encode_upload
 from optuna_fedbo.federation.fts.messages import parse_broadcast
 from optuna_fedbo.federation.fts.subregions import SubregionPartition
+
+_logger = optuna.logging.get_logger(__name__)
+
+#: Tries of an upload whose round closes while it is written.
+_UPLOAD_ATTEMPTS = 3
 
 
 class FTSChannel:
@@ -150,7 +156,7 @@ class FTSChannel:
             raise ValueError("omega contains NaN or infinity; it is not uploaded.")
         if self.federation.index_of(client_id) is None:
             raise ValueError(f"{client_id!r} has not joined federation {self.federation.name!r}.")
-        for attempt in range(2):
+        for attempt in range(_UPLOAD_ATTEMPTS):
             round_index = self.federation.open_round()
             payload = encode_upload(
                 config_hash=self.federation.config_hash,
@@ -163,11 +169,23 @@ class FTSChannel:
             try:
                 self.federation.store.write_upload(round_index, client_id, payload)
                 return round_index
-            except KeyError:
-                # The round closed between reading the pointer and writing: use the next one.
-                if attempt == 1:
+            except Exception:
+                # The round closed between reading the pointer and writing (its uploads study
+                # is gone: KeyError, or on SQLite a StaleDataError while the server deletes
+                # it): retry into the round that is open now.
+                if attempt == _UPLOAD_ATTEMPTS - 1 or not self._closed_since(round_index):
                     raise
+                _logger.debug(f"Round {round_index} closed during an upload; retrying.")
         raise AssertionError("unreachable")
+
+    def _closed_since(self, round_index: int) -> bool:
+        """Whether ``round_index`` is no longer the open round (waits briefly for the server to
+        move the pointer when it is deleting the round's uploads right now)."""
+        for _ in range(20):
+            if self.federation.open_round() > round_index:
+                return True
+            time.sleep(0.05)
+        return False
 
 
 __all__ = ["FTSChannel"]

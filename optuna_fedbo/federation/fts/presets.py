@@ -1,12 +1,14 @@
 """Settings of the papers (FTS, NeurIPS 2020; DP-FTS-DE, NeurIPS 2021).
 
-The protocol presets return an :class:`FTSConfig`; :func:`dp_fts_de_privacy` returns the
-DP-FTS-DE paper's :class:`DPConfig` (pass both: ``Federation.create(...,
-protocol=presets.dp_fts_de(), privacy=presets.dp_fts_de_privacy())`` is the paper's real-world
-setting: ``M = 100``, ``P = 4``, ``S = 22``, ``q = 0.35``, ``z = 1``, ``1 - p_t = 1/t``,
-``n_init = 10``, ``delta = 1/N^1.1``, moments accountant).
+The names say what they do: :func:`fts`, :func:`fts_de` and :func:`fts_de_synthetic` return an
+:class:`FTSConfig` (no privacy); :func:`dp_fts_de` and :func:`dp_fts` return a
+:class:`~optuna_fedbo.federation.preset.Preset` (the protocol together with the paper's
+:class:`DPConfig`), so ``Federation.create(..., protocol=presets.dp_fts_de())`` is the paper's
+real-world setting with its privacy: ``M = 100``, ``P = 4``, ``S = 22``, ``q = 0.35``, ``z = 1``,
+``1 - p_t = 1/t``, ``n_init = 10``, ``delta = 1/N^1.1``, moments accountant.
+:func:`dp_fts_de_privacy` returns that :class:`DPConfig` alone.
 
-Every preset takes keyword overrides of any field of the configuration it returns. The shared
+Every preset takes keyword overrides of any field of the configuration(s) it returns. The shared
 features keep this package's lengthscale (0.2 in unit-cube coordinates) rather than the papers'
 0.01, with which a shared vector carries almost no signal about a function on ``[0, 1]^D``; pass
 ``lengthscale=0.01`` to reproduce the papers' features exactly.
@@ -19,6 +21,7 @@ from typing import Any
 
 from optuna_fedbo.federation.dp_config import DPConfig
 from optuna_fedbo.federation.fts.config import FTSConfig
+from optuna_fedbo.federation.preset import Preset
 
 
 def fts(**overrides: Any) -> FTSConfig:
@@ -34,12 +37,12 @@ def fts(**overrides: Any) -> FTSConfig:
     return dataclasses.replace(base, **overrides)
 
 
-def dp_fts_de(**overrides: Any) -> FTSConfig:
+def fts_de(**overrides: Any) -> FTSConfig:
     """DP-FTS-DE's real-world setting without privacy (FTS-DE).
 
     ``M = 100``, ``P = 4`` sub-regions, softmax weights with ``a = 15`` held 10 rounds then
     decayed to uniform over 30 rounds, ``1 - p_t = 1/t``, 10 initial points in the agent's
-    sub-region, weighted aggregation.
+    sub-region, weighted aggregation. :func:`dp_fts_de` adds the paper's privacy.
     """
     base = FTSConfig(
         n_features=100,
@@ -55,18 +58,13 @@ def dp_fts_de(**overrides: Any) -> FTSConfig:
     return dataclasses.replace(base, **overrides)
 
 
-def dp_fts(**overrides: Any) -> FTSConfig:
-    """Modified FTS of DP-FTS-DE without privacy: :func:`dp_fts_de` with ``P = 1``."""
-    return dp_fts_de(**{"n_subregions": 1, **overrides})
-
-
-def dp_fts_de_synthetic(**overrides: Any) -> FTSConfig:
+def fts_de_synthetic(**overrides: Any) -> FTSConfig:
     """DP-FTS-DE's synthetic setting without privacy.
 
     ``M = 50``, ``P = 2``, weights held 5 rounds and decayed over 5, ``1 - p_t = 1/sqrt(t)``,
     10 initial points in the agent's sub-region.
     """
-    base = dp_fts_de(
+    base = fts_de(
         n_features=50,
         n_subregions=2,
         weight_hold_rounds=5,
@@ -74,6 +72,28 @@ def dp_fts_de_synthetic(**overrides: Any) -> FTSConfig:
         schedule="1-1/sqrt(t)",
     )
     return dataclasses.replace(base, **overrides)
+
+
+def dp_fts_de(**overrides: Any) -> Preset:
+    """DP-FTS-DE (real-world setting): :func:`fts_de` with :func:`dp_fts_de_privacy`.
+
+    ``Federation.create(..., protocol=presets.dp_fts_de())`` turns differential privacy on.
+    Overrides go to whichever of :class:`FTSConfig` and :class:`DPConfig` has the field (e.g.
+    ``dp_fts_de(n_init=5, epsilon_budget=8.0)``).
+    """
+    return _private(fts_de, overrides)
+
+
+def dp_fts(**overrides: Any) -> Preset:
+    """DP-FTS (the modified FTS of DP-FTS-DE, with privacy): :func:`dp_fts_de` with ``P = 1``."""
+    return _private(fts_de, {"n_subregions": 1, **overrides})
+
+
+def _private(protocol: Any, overrides: dict[str, Any]) -> Preset:
+    privacy_fields = {f.name for f in dataclasses.fields(DPConfig)}
+    privacy = {k: v for k, v in overrides.items() if k in privacy_fields}
+    rest = {k: v for k, v in overrides.items() if k not in privacy_fields}
+    return Preset(protocol=protocol(**rest), privacy=dp_fts_de_privacy(**privacy))
 
 
 def dp_fts_de_privacy(**overrides: Any) -> DPConfig:
@@ -99,10 +119,11 @@ def dp_fts_de_privacy(**overrides: Any) -> DPConfig:
 #: Privacy presets by name (for the command line).
 PRIVACY_PRESETS = {"dp-fts-de": dp_fts_de_privacy}
 
-#: Presets by name (for the command line).
+#: Presets by name (for the command line); the ``dp-`` ones turn differential privacy on.
 PRESETS = {
     "fts": fts,
+    "fts-de": fts_de,
+    "fts-de-synthetic": fts_de_synthetic,
     "dp-fts": dp_fts,
     "dp-fts-de": dp_fts_de,
-    "dp-fts-de-synthetic": dp_fts_de_synthetic,
 }

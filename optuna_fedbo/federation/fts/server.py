@@ -59,7 +59,6 @@ from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
 from optuna_fedbo.privacy._gaussian import aggregate
 from optuna_fedbo.privacy._gaussian import AggregationResult
-from optuna_fedbo.privacy._rng import secure_rng
 
 _logger = optuna.logging.get_logger(__name__)
 
@@ -96,8 +95,8 @@ class FTSServer(FederationServer):
         self,
         federation: Federation,
         *,
-        round_timeout: float | None = None,
-        min_uploads: int = 1,
+        round_timeout: float | str | None = "auto",
+        min_uploads: int | str = "auto",
         discard_uploads: bool = True,
         heartbeat_interval: float = 5.0,
     ) -> None:
@@ -269,14 +268,22 @@ class FTSServer(FederationServer):
             return "complete"
         if force:
             return "forced"
-        if len(uploads) >= self._min_uploads and self._uploads.waited(self._round_timeout):
+        if round_index == 0:
+            # Round 0 holds the initial designs: only finished ones count towards a timeout.
+            uploads = [u for u in uploads if u.n_observations >= self._fts.n_init]
+        if len(uploads) >= self._min_uploads and self._uploads.waited(
+            self.current_round_timeout()
+        ):
             return "timeout"
         return None
 
     def _aggregate(self, round_index: int, uploads: list[Upload]) -> np.ndarray:
         omegas = np.stack([u.omega for u in uploads])
         if self._fts.aggregation == "sample":
-            return omegas[secure_rng().permutation(len(omegas))]
+            # Public randomness (no privacy is at stake without DP): reproducible from the
+            # federation's seed, so research runs with a fixed seed repeat exactly.
+            order = np.random.default_rng([self.federation.seed, round_index])
+            return omegas[order.permutation(len(omegas))]
         indices = np.array([self.federation.index_of(u.client_id) for u in uploads])
         weights = subregion_weights(
             self.federation.assignment(),
@@ -411,7 +418,10 @@ class FTSServer(FederationServer):
     ) -> list[RoundReport]:
         """Poll the storage and close rounds as they become ready.
 
-        Returns when the privacy budget is exhausted (nothing more can be published).
+        Returns when the privacy budget is exhausted (nothing more can be published), or when
+        every registered participant has finished its study or is lost (see
+        :meth:`~optuna_fedbo.federation.Federation.lifecycle`), after publishing any round
+        their last uploads completed.
 
         Args:
             poll_interval: Seconds between polls when nothing happened.
@@ -444,4 +454,5 @@ class FTSServer(FederationServer):
             stop=stop,
             callback=callback,
             max_consecutive_errors=max_consecutive_errors,
+            finished=self._participants_done,
         )

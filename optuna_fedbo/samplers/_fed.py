@@ -1,0 +1,265 @@
+"""``FedSampler``: the participant's sampler, whatever the federation's protocol.
+
+``FedSampler(federation, client_id=..., seed=...)`` builds the sampler that the federation's
+protocol registered (:class:`~optuna_fedbo.FedThompsonSampler` for the FTS family,
+:class:`~optuna_fedbo.FedPNESampler` for Fed-PNE); both subclass :class:`FedSampler`, which holds
+what every participant does the same way: its lease on the participant id (one live process per
+id), its lifecycle (finished when its study ends), the count of its trials by kind, and the
+warnings that keep a federation from silently doing nothing.
+"""
+
+from __future__ import annotations
+
+import atexit
+from collections import deque
+from dataclasses import dataclass
+import statistics
+import threading
+import time
+from typing import Any
+import weakref
+
+import optuna
+from optuna.samplers import BaseSampler
+from optuna.storages import InMemoryStorage
+
+from optuna_fedbo.federation.federation import Federation
+from optuna_fedbo.federation.lease import DEFAULT_LEASE_TTL
+from optuna_fedbo.federation.lifecycle import COUNT_KINDS
+from optuna_fedbo.federation.protocol import get_protocol
+
+_logger = optuna.logging.get_logger(__name__)
+
+#: Seconds between a participant's reads of the federation's lifecycle (problems).
+_CHECK_INTERVAL = 5.0
+#: Seconds between lease renewals from ``after_trial`` (a heartbeat thread renews as well).
+_RENEW_INTERVAL = 1.0
+#: A participant's uploads in a row into a round that stays open before it calls rounds stalled.
+STALL_UPLOADS = 3
+#: Seconds of waiting for a round after which a participant calls rounds stalled.
+STALL_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class TrialCounts:
+    """A participant's trials by how their point was chosen.
+
+    Attributes:
+        initial: Initial design (before the protocol's model or first broadcast is used).
+        local: Local steps (the participant's own model; also when no broadcast was usable).
+        federated: Points chosen from a published broadcast (FTS) or phase (Fed-PNE).
+    """
+
+    initial: int = 0
+    local: int = 0
+    federated: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.initial + self.local + self.federated
+
+    def to_dict(self) -> dict[str, int]:
+        return {"initial": self.initial, "local": self.local, "federated": self.federated}
+
+
+_LIVE: weakref.WeakSet[FedSampler] = weakref.WeakSet()
+
+
+@atexit.register
+def _finish_at_exit() -> None:
+    """Mark every participant of this process finished when the process ends normally."""
+    for sampler in list(_LIVE):
+        try:
+            sampler.finish()
+        except Exception:
+            pass
+
+
+class FedSampler(BaseSampler):
+    """The sampler of a federation's participant; the protocol comes from the federation.
+
+    ``FedSampler(federation, client_id="site-3", seed=3)`` returns the sampler of the
+    federation's protocol: a :class:`~optuna_fedbo.FedThompsonSampler` (FTS, FTS-DE, DP-FTS-DE)
+    or a :class:`~optuna_fedbo.FedPNESampler` (Fed-PNE, DP-Fed-PNE); further keyword arguments
+    go to that class. Both are ``FedSampler`` instances, so ``isinstance(s, FedSampler)`` holds
+    for every participant sampler.
+
+    What every participant does:
+
+    * **One process per id.** The constructor joins the federation and takes a lease on
+      ``client_id`` (a heartbeat every ``lease_ttl / 4`` seconds from a background thread); a
+      second live process with the same id is refused with
+      :class:`~optuna_fedbo.federation.lease.ParticipantBusyError`. The lease of a crashed
+      process expires ``lease_ttl`` seconds after its last heartbeat.
+    * **A visible lifecycle.** :meth:`finish` (called automatically when the process exits)
+      marks the participant finished; ``optuna-fedbo serve`` ends when every participant has
+      finished. :attr:`counts` tells how many trials were initial, local and federated; the
+      counts and the typical trial duration are published in the lease (they appear in
+      ``optuna-fedbo status``, and the server's default round timeout derives from the trial
+      durations).
+    * **No silent no-ops.** The participant warns once (an Optuna warning) when no server has
+      been seen, when the server is down, when too few participants run for any round to
+      close, and, at :meth:`finish`, when its study used no broadcast at all.
+
+    Args:
+        federation: The federation to take part in.
+        client_id: This participant's id.
+        seed: Seed of this participant's own randomness.
+        **kwargs: Arguments of the protocol's sampler class.
+    """
+
+    federation: Federation
+
+    def __new__(cls, federation: Federation, *args: Any, **kwargs: Any) -> FedSampler:
+        if cls is FedSampler:
+            if not isinstance(federation, Federation):
+                raise ValueError(f"federation must be a Federation, got {federation!r}.")
+            cls = get_protocol(federation.protocol.kind).sampler_class()
+        return super().__new__(cls)
+
+    # ------------------------------------------------------------------ participation
+    def _participate(self, federation: Federation, client_id: str, lease_ttl: float) -> None:
+        """Join the federation and take the lease on ``client_id`` (subclasses call this)."""
+        self.federation = federation
+        self.participant = federation.join(client_id)
+        self._life_lock = threading.Lock()
+        self._counts = dict.fromkeys(COUNT_KINDS, 0)
+        self._categories: dict[int, str] = {}
+        self._started: dict[int, float] = {}
+        self._durations: deque[float] = deque(maxlen=25)
+        self._upload_rounds: deque[int] = deque(maxlen=STALL_UPLOADS)
+        self._warned: set[str] = set()
+        self._last_check = -float("inf")
+        self._last_renew = time.monotonic()
+        self._finished = False
+        self._lease = federation.lease(client_id, ttl=lease_ttl, public=self._public)
+        if not isinstance(federation.storage, InMemoryStorage):
+            _LIVE.add(self)
+
+    @property
+    def client_id(self) -> str:
+        """This participant's id."""
+        return self.participant.client_id
+
+    @property
+    def counts(self) -> TrialCounts:
+        """How many of the trials this sampler chose were initial, local and federated."""
+        with self._life_lock:
+            return TrialCounts(**self._counts)
+
+    def _count(self, trial_id: int, kind: str) -> None:
+        """Count a trial once, under the kind its point was chosen by."""
+        with self._life_lock:
+            if trial_id in self._categories:
+                return
+            self._categories[trial_id] = kind
+            self._counts[kind] += 1
+            self._started.setdefault(trial_id, time.monotonic())
+
+    def _public(self) -> dict[str, Any]:
+        with self._life_lock:
+            durations = list(self._durations)
+            counts = dict(self._counts)
+        seconds = statistics.median(durations) if durations else None
+        return {"counts": counts, "trial_seconds": seconds}
+
+    def _trial_done(self, trial_id: int) -> None:
+        """Bookkeeping at ``after_trial``: the trial's duration, the lease."""
+        now = time.monotonic()
+        with self._life_lock:
+            self._categories.pop(trial_id, None)
+            started = self._started.pop(trial_id, None)
+            if started is not None:
+                self._durations.append(now - started)
+            finished, self._finished = self._finished, False
+            renew = finished or now - self._last_renew >= _RENEW_INTERVAL
+            if renew:
+                self._last_renew = now
+        try:
+            if finished:
+                self._lease.resume()
+            elif renew:
+                self._lease.renew()
+        except Exception:
+            _logger.debug("Could not renew the participant's lease.", exc_info=True)
+
+    def _uploaded_to(self, round_index: int) -> None:
+        with self._life_lock:
+            self._upload_rounds.append(round_index)
+
+    def _stalled(self, open_round: int) -> bool:
+        """Whether this participant's last uploads all went to the still open round."""
+        with self._life_lock:
+            rounds = list(self._upload_rounds)
+        return len(rounds) == STALL_UPLOADS and all(r == open_round for r in rounds)
+
+    # ---------------------------------------------------------------------- warnings
+    def _check_progress(self, *, stalled: bool = False, force: bool = False) -> None:
+        """Warn once about each problem that keeps the federation from publishing rounds.
+
+        Args:
+            stalled: Whether this participant sees rounds not closing (then a server that is
+                down or too few running participants are reported; otherwise it may be a
+                start-up or shut-down moment, and only a server never seen is).
+            force: Read the federation's state even if it was read recently.
+        """
+        now = time.monotonic()
+        if not force and not stalled and now - self._last_check < _CHECK_INTERVAL:
+            return
+        self._last_check = now
+        try:
+            problems = self.federation.lifecycle().problems
+        except Exception:
+            _logger.debug("Could not read the federation's lifecycle.", exc_info=True)
+            return
+        for problem in problems:
+            if problem.kind != "no-server" and not stalled:
+                continue  # may be a start-up (or shut-down) moment: warn only when stalled
+            if problem.kind in self._warned:
+                continue
+            self._warned.add(problem.kind)
+            _logger.warning(f"{self.client_id}: {problem.text}.")
+
+    # ---------------------------------------------------------------------- lifecycle
+    def finish(self) -> None:
+        """Mark this participant finished (its study has ended); warn if it used no broadcast.
+
+        Called automatically when the process exits normally; call it yourself when the
+        process goes on after the study (e.g. in a notebook). A later trial makes the
+        participant active again. ``optuna-fedbo serve`` ends when every participant has
+        finished.
+        """
+        with self._life_lock:
+            if self._finished:
+                return
+            self._finished = True
+            counts = TrialCounts(**self._counts)
+        try:
+            self._lease.release()
+        except Exception:
+            _logger.debug("Could not release the participant's lease.", exc_info=True)
+        if counts.total == 0 or counts.federated > 0 or "no-broadcast" in self._warned:
+            return
+        self._warned.add("no-broadcast")
+        try:
+            reasons = [p.text for p in self.federation.lifecycle().problems]
+        except Exception:
+            reasons = []
+        if counts.local == 0:
+            why = "it ended during its initial design, before any broadcast could be used"
+        elif reasons:
+            why = "; ".join(reasons)
+        else:
+            why = (
+                "no round was published in time for its trials (fast trials and a slow server "
+                "poll: use synchronous=True, more trials, or a shorter --poll-interval)"
+            )
+        _logger.warning(
+            f"{self.client_id}: the study ended after {counts.total} trials ({counts.initial} "
+            f"initial, {counts.local} local, 0 federated): no broadcast of federation "
+            f"{self.federation.name!r} was used, so this participant ran as plain local "
+            f"optimization. Why: {why}."
+        )
+
+
+__all__ = ["DEFAULT_LEASE_TTL", "FedSampler", "TrialCounts"]
