@@ -23,13 +23,6 @@ UNIT = {"x": FloatDistribution(0.0, 1.0)}
 PLANE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
 
 
-@pytest.fixture
-def propagate():
-    optuna.logging.enable_propagation()
-    yield
-    optuna.logging.disable_propagation()
-
-
 def _problem_objectives(name: str, n_clients: int, seed: int, noise: float = 0.1):
     """Raw noisy objectives ``f + p_m + U(-noise, noise)`` of a synthetic problem."""
     problem = make_federated_problem(name, n_clients, seed=seed, noise=noise)
