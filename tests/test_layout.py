@@ -111,6 +111,12 @@ def test_core_and_privacy_know_nothing_of_optuna_or_the_federation() -> None:
     assert _offending(modules, forbidden, module_level_only=False) == {}
 
 
+def test_privacy_never_imports_the_core() -> None:
+    # DESIGN.md: noise draws and mechanism parameters live in privacy/; the core may use them.
+    modules = [m for m in MODULES if _under(m, "optuna_fedbo.privacy")]
+    assert _offending(modules, ("optuna_fedbo.core",), module_level_only=False) == {}
+
+
 def test_shared_federation_machinery_never_imports_a_protocol_package() -> None:
     # Shared modules find protocols through the registry (optuna_fedbo.federation.protocol).
     shared = [

@@ -23,8 +23,34 @@ from typing import Any
 
 import numpy as np
 
-from optuna_fedbo.core.ldp.parameters import laplace_scale
 from optuna_fedbo.privacy._rng import secure_rng
+
+
+def _positive(name: str, value: float) -> float:
+    if not (isinstance(value, numbers.Real) and math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}.")
+    return float(value)
+
+
+def _non_negative(name: str, value: float) -> float:
+    if not (isinstance(value, numbers.Real) and math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be a non-negative finite number, got {value!r}.")
+    return float(value)
+
+
+def laplace_scale(epsilon: float, value_bound: float, noise_bound: float) -> float:
+    """The scale ``L = 2 (B + R) / epsilon`` of CTL(epsilon) (Curator 1).
+
+    Rewards ``y = f(x) + eta`` lie in ``[-(B + R), B + R]``, so the sensitivity is ``2 (B + R)``
+    and Laplace noise of scale ``L`` gives epsilon-LDP (Lemma 1).
+
+    Raises:
+        ValueError: If ``epsilon <= 0``, ``B <= 0`` or ``R < 0``.
+    """
+    epsilon = _positive("epsilon", epsilon)
+    value_bound = _positive("value_bound", value_bound)
+    noise_bound = _non_negative("noise_bound", noise_bound)
+    return 2.0 * (value_bound + noise_bound) / epsilon
 
 
 class LaplaceMechanism:

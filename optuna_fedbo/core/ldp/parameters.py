@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 import math
 
+from optuna_fedbo.privacy._laplace import laplace_scale
+
 
 def _check_positive(name: str, value: float) -> float:
     if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
@@ -52,21 +54,6 @@ def check_horizon(horizon: int) -> int:
     if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
         raise ValueError(f"The horizon must be a positive integer, got {horizon!r}.")
     return horizon
-
-
-def laplace_scale(epsilon: float, value_bound: float, noise_bound: float) -> float:
-    """The scale ``L = 2 (B + R) / epsilon`` of CTL(epsilon) (Curator 1).
-
-    Rewards ``y = f(x) + eta`` lie in ``[-(B + R), B + R]``, so the sensitivity is ``2 (B + R)``
-    and Laplace noise of scale ``L`` gives epsilon-LDP (Lemma 1).
-
-    Raises:
-        ValueError: If ``epsilon <= 0``, ``B <= 0`` or ``R < 0``.
-    """
-    epsilon = _check_positive("epsilon", epsilon)
-    value_bound = _check_positive("value_bound", value_bound)
-    noise_bound = _check_non_negative("noise_bound", noise_bound)
-    return 2.0 * (value_bound + noise_bound) / epsilon
 
 
 @dataclass(frozen=True)
