@@ -29,6 +29,7 @@ from optuna_fedbo.federation.fedpne.messages import encode_means_upload
 from optuna_fedbo.federation.fedpne.messages import parse_phase_broadcast
 from optuna_fedbo.federation.fedpne.messages import PhaseBroadcast
 from optuna_fedbo.federation.store import UPLOAD_PREFIX
+from optuna_fedbo.federation.trust import UntrustedRecordError
 
 _logger = optuna.logging.get_logger(__name__)
 
@@ -187,7 +188,17 @@ class FedPNEChannel:
         with self._lock:
             if self._cached is not None and self._cached[0] == trial_id:
                 return self._cached[1]
-        round_index, payload = store.read_broadcast(trial_id)
+        try:
+            round_index, payload = self.federation.read_broadcast(trial_id)
+        except UntrustedRecordError as error:
+            store.warn_once(
+                f"broadcast-read:{trial_id}",
+                f"Ignoring broadcast trial {trial_id} of {self.federation.name!r}: {error}.",
+            )
+            with self._lock:
+                if self._cached is not None:
+                    return self._cached[1]
+            return PhaseView(self.initial_phase, self.partition.root(), None)
         broadcast = parse_phase_broadcast(payload)
         if broadcast.round != round_index or broadcast.config_hash != self.federation.config_hash:
             raise ValueError(f"Broadcast trial {trial_id} does not belong to this federation.")
@@ -272,7 +283,7 @@ class FedPNEChannel:
             means=means,
         )
         try:
-            self.federation.store.write_upload(phase.index - 1, client_id, payload)
+            self.federation.send_upload(client_id, phase.index - 1, payload)
         except KeyError:
             # The round was closed and discarded between reading the pointer and writing.
             return False
