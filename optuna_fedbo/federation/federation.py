@@ -10,6 +10,7 @@ import os
 import threading
 import time
 from typing import Any
+import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -66,7 +67,11 @@ def _check_privacy(
             "privacy is configured in FedPNEConfig)."
         )
     protocol.check_privacy(privacy)
-    return privacy.resolve(n_clients).to_dict()
+    resolved = privacy.resolve(n_clients).to_dict()
+    weakness = privacy.weakness(n_clients)
+    if weakness is not None:
+        warnings.warn(weakness, UserWarning, stacklevel=3)
+    return resolved
 
 
 @dataclass(frozen=True)
