@@ -10,8 +10,8 @@ import os
 import threading
 import time
 from typing import Any
-import warnings
 from typing import TYPE_CHECKING
+import warnings
 
 import numpy as np
 import optuna
