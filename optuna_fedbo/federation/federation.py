@@ -205,6 +205,7 @@ class Federation:
         store.trust = trust
         self._key_dir = key_dir
         self._keys: dict[str, ParticipantKey] = {}
+        self._public_keys: dict[str, bytes] = {}
         self._counter = 0
         self._sent: dict[str, tuple[int, str, Any]] = {}
         self._encoder = SearchSpaceEncoder(config.search_space)
@@ -567,11 +568,18 @@ class Federation:
         return list(self._store.roster())[: self.n_clients]
 
     def public_key_of(self, client_id: str) -> bytes | None:
-        """The enrolled public signing key of a participant, or ``None``."""
-        roster = self._store.roster()
-        if client_id not in list(roster)[: self.n_clients]:
-            return None
-        return roster[client_id]
+        """The enrolled public signing key of a participant, or ``None``.
+
+        Enrollments are append-only and never change: known keys are cached, and the roster
+        is read again only for an id not seen yet.
+        """
+        with self._lock:
+            if client_id in self._public_keys:
+                return self._public_keys[client_id]
+        enrolled = list(self._store.roster().items())[: self.n_clients]
+        with self._lock:
+            self._public_keys.update(enrolled)
+            return self._public_keys.get(client_id)
 
     def index_of(self, client_id: str) -> int | None:
         """The index of a participant, or ``None`` if it is not enrolled."""
