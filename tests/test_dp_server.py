@@ -24,6 +24,7 @@ from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation.cli import main as cli_main
 from optuna_fedbo.federation.dp_config import DPConfig
+from optuna_fedbo.federation.dp_config import PAPER_DELTA
 from optuna_fedbo.privacy import _gaussian
 
 SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(-5.0, 5.0)}
@@ -414,7 +415,7 @@ def test_the_server_never_publishes_past_the_budget(caplog: pytest.LogCaptureFix
     assert fed.latest_broadcast().round == 2 and fed.open_round() == 3
     assert len(fed.ledger_entries()) == 3
     spent, delta = fed.privacy_spent()
-    assert spent == pytest.approx(budget) and spent <= budget and delta == pytest.approx(4**-1.1)
+    assert spent == pytest.approx(budget) and spent <= budget and delta == pytest.approx(1e-5)
     record = fed.budget_exhausted()
     assert record["round"] == 3 and record["epsilon_next"] > budget
     # Nothing more: no step, no upload, and a restarted server stays stopped.
@@ -466,7 +467,7 @@ def test_serve_stops_when_the_budget_is_exhausted() -> None:
 
 @pytest.mark.parametrize("accountant", ["moments", "rdp", "pld"])
 def test_a_budgeted_server_precomputes_its_horizon(accountant: str) -> None:
-    privacy = DPConfig(1.0, 0.5, 4.0, accountant=accountant, epsilon_budget=6.0)
+    privacy = DPConfig(1.0, 0.5, 4.0, delta=PAPER_DELTA, accountant=accountant, epsilon_budget=6.0)
     fed = _federation(4, privacy=privacy)
     FederationServer(fed)
     curve = fed.privacy_ledger().curve
@@ -513,7 +514,8 @@ def test_cli_create_serve_and_status_with_privacy(
 ) -> None:
     url = f"sqlite:///{tmp_path / 'cli.db'}"
     space = json.dumps({"x": json.loads(optuna.distributions.distribution_to_json(SPACE["x"]))})
-    budget = DPConfig(1.0, 0.35, 22.0, accountant="moments").epsilon(1, 2) * 1.001
+    budget = DPConfig(1.0, 0.35, 22.0, delta=PAPER_DELTA, accountant="moments").epsilon(1, 2)
+    budget *= 1.001
     code = cli_main(
         [
             "create", "--storage", url, "--name", "cli", "--search-space", space,
