@@ -176,9 +176,12 @@ def test_fedpne_node_means_are_sealed_too() -> None:
     channel = fed.channel
     phase = channel.view().phase
     means = {node.key: 0.5 for node in phase.nodes}
-    assert channel.upload("c0", phase, means)
+    # Garbage written under c1's key does not pass for c1's upload (c1 still sends its own).
+    fed.store.write_upload(0, "c1", json.dumps({"means": means}))
+    assert not channel.has_uploaded("c1", phase.index)
+    assert channel.upload("c0", phase, means) and channel.has_uploaded("c0", phase.index)
     stored = fed.store.read_uploads(0)["c0"]
-    assert "means" not in stored and json.loads(fed.read_upload(0, "c0"))["means"] == means
+    assert '"means"' not in stored and json.loads(fed.read_upload(0, "c0"))["means"] == means
 
 
 # ------------------------------------------------------------------------ real processes

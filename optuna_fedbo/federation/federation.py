@@ -21,6 +21,7 @@ from optuna.storages import BaseStorage
 from optuna.storages import InMemoryStorage
 
 from optuna_fedbo.federation._codec import digest
+from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.config import FederationConfig
 from optuna_fedbo.federation.config import ProtocolConfig
 from optuna_fedbo.federation.dp_config import DPConfig
@@ -173,6 +174,11 @@ def _format_privacy(summary: dict[str, Any]) -> list[str]:
         f"S {summary['clip_norm']:g}, {summary['sampling']} sampling "
         f"({summary['neighbouring_relation']})",
     ]
+    if summary.get("unverified_entries"):
+        lines.append(
+            f"ledger         {summary['unverified_entries']} entries do not verify (ignored: "
+            "the ledger was tampered with; the server refuses to publish)"
+        )
     exhausted = summary["budget_exhausted"]
     if exhausted is not None:
         lines.append(
@@ -749,6 +755,20 @@ class Federation:
         self._store.write_upload(round_index, client_id, sealed)
         with self._lock:
             self._sent[client_id] = (round_index, text_digest(sealed)[:32], resend)
+
+    def has_sent(self, client_id: str, round_index: int) -> bool:
+        """Whether the round holds an upload signed by ``client_id`` (its own, not a forgery)."""
+        public_key = self.public_key_of(client_id)
+        text = self._store.read_uploads(round_index).get(client_id)
+        if public_key is None or text is None:
+            return False
+        try:
+            self._trust.check_upload(
+                text, client_id=client_id, public_key=public_key, round_index=round_index
+            )
+        except UploadRejected:
+            return False
+        return True
 
     def read_upload(self, round_index: int, client_id: str) -> str:
         """The opened upload of ``client_id`` in a round (the operator only: for inspection).

@@ -166,17 +166,17 @@ class Trust:
             }
         )
 
-    def open_upload(
+    def check_upload(
         self, text: Any, *, client_id: str, public_key: bytes, round_index: int
-    ) -> tuple[int, str]:
-        """Check and open an upload found under ``client_id``'s key of round ``round_index``.
+    ) -> tuple[int, bytes, bytes]:
+        """Check an upload's envelope and signature without opening it (anyone can).
 
         Returns:
-            ``(counter, plaintext)``.
+            ``(counter, sealed bytes, binding context)``.
 
         Raises:
             UploadRejected: With the reason (oversized, malformed, another round or participant,
-                not signed by the enrolled key, not sealed for this federation).
+                not signed by the enrolled key).
         """
         if not isinstance(text, str):
             raise UploadRejected("not a sealed upload")
@@ -219,6 +219,23 @@ class Trust:
                 "not signed by the enrolled key of this participant (forged, or sent for "
                 "another federation or configuration)"
             )
+        return counter, sealed, context
+
+    def open_upload(
+        self, text: Any, *, client_id: str, public_key: bytes, round_index: int
+    ) -> tuple[int, str]:
+        """Check and open an upload found under ``client_id``'s key of round ``round_index``.
+
+        Returns:
+            ``(counter, plaintext)``.
+
+        Raises:
+            UploadRejected: With the reason (see :meth:`check_upload`; or not sealed to this
+                server).
+        """
+        counter, sealed, context = self.check_upload(
+            text, client_id=client_id, public_key=public_key, round_index=round_index
+        )
         keys = self.require_server_keys()
         try:
             plaintext = _SUITE.decrypt(sealed, keys.sealing_private_key, info=context)

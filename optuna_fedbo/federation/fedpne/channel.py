@@ -28,7 +28,6 @@ from optuna_fedbo.federation.fedpne.config import NodeSpace
 from optuna_fedbo.federation.fedpne.messages import encode_means_upload
 from optuna_fedbo.federation.fedpne.messages import parse_phase_broadcast
 from optuna_fedbo.federation.fedpne.messages import PhaseBroadcast
-from optuna_fedbo.federation.store import UPLOAD_PREFIX
 from optuna_fedbo.federation.trust import UntrustedRecordError
 
 _logger = optuna.logging.get_logger(__name__)
@@ -242,16 +241,9 @@ class FedPNEChannel:
 
     # ----------------------------------------------------------------------- uploads
     def has_uploaded(self, client_id: str, phase_index: int) -> bool:
-        """Whether ``client_id``'s means for phase ``phase_index`` are in its open round."""
-        round_index = phase_index - 1
-        study_name = self.federation.store.uploads_study_name(round_index)
-        storage = self.federation.storage
-        try:
-            study_id = storage.get_study_id_from_name(study_name)
-            attrs = storage.get_study_system_attrs(study_id)
-        except KeyError:
-            return False
-        return UPLOAD_PREFIX + client_id in attrs
+        """Whether ``client_id``'s own signed means for phase ``phase_index`` are in its open
+        round (something else written under its key by someone with the URL does not count)."""
+        return self.federation.has_sent(client_id, phase_index - 1)
 
     def upload(self, client_id: str, phase: Phase, means: dict[str, float]) -> bool:
         """Send a participant's node means for ``phase`` (Algorithm 1, line 10).
