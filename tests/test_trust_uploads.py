@@ -210,9 +210,28 @@ ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "OMP_NUM_THRE
 WORKER = Path(__file__).with_name("_federation_worker.py")
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+POSTGRES = os.environ.get("OPTUNA_FEDBO_TEST_POSTGRES_URL")
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "sqlite",
+        "journal",
+        pytest.param(
+            "postgresql",
+            marks=pytest.mark.skipif(
+                not POSTGRES, reason="set OPTUNA_FEDBO_TEST_POSTGRES_URL to run against PostgreSQL"
+            ),
+        ),
+    ],
+)
 def test_a_spy_with_the_storage_url_reads_no_omega(kind: str, tmp_path: Path) -> None:
-    storage = f"sqlite:///{tmp_path / 'fed.db'}" if kind == "sqlite" else str(tmp_path / "f.log")
+    storage = {
+        "sqlite": f"sqlite:///{tmp_path / 'fed.db'}",
+        "journal": str(tmp_path / "f.log"),
+        "postgresql": POSTGRES,
+    }[kind]
     name = f"spy-{uuid.uuid4().hex[:8]}"
     Federation.create(
         name,
