@@ -571,7 +571,14 @@ class Federation:
     # --------------------------------------------------------------------- participants
     def participants(self) -> list[str]:
         """Ids of the enrolled participants, by index (at most ``N``)."""
-        return list(self._store.roster())[: self.n_clients]
+        return list(self._enrolled())
+
+    def _enrolled(self) -> dict[str, bytes]:
+        """The first ``N`` enrolled participants (id -> public key), read once; caches keys."""
+        enrolled = dict(list(self._store.roster().items())[: self.n_clients])
+        with self._lock:
+            self._public_keys.update(enrolled)
+        return enrolled
 
     def public_key_of(self, client_id: str) -> bytes | None:
         """The enrolled public signing key of a participant, or ``None``.
@@ -582,10 +589,7 @@ class Federation:
         with self._lock:
             if client_id in self._public_keys:
                 return self._public_keys[client_id]
-        enrolled = list(self._store.roster().items())[: self.n_clients]
-        with self._lock:
-            self._public_keys.update(enrolled)
-            return self._public_keys.get(client_id)
+        return self._enrolled().get(client_id)
 
     def index_of(self, client_id: str) -> int | None:
         """The index of a participant, or ``None`` if it is not enrolled."""
@@ -639,7 +643,7 @@ class Federation:
         if len(roster) >= self.n_clients:
             raise ValueError(self._full_message(client_id))
         self._store.register(client_id, self._trust.enrollment(client_id, key.public_key))
-        if client_id not in self.participants():
+        if client_id not in self._enrolled():
             raise ValueError(self._full_message(client_id))
         return key
 
@@ -692,8 +696,9 @@ class Federation:
                 written to the storage then.
         """
         check_client_id(client_id)
-        if client_id not in self.participants() and self.is_operator:
-            if len(self._store.roster()) >= self.n_clients:
+        enrolled = self._enrolled()
+        if client_id not in enrolled and self.is_operator:
+            if len(enrolled) >= self.n_clients:
                 raise ValueError(self._full_message(client_id))
             key = find_participant_key(self.federation_id, client_id, self._key_dir)
             if key is None:
@@ -708,8 +713,9 @@ class Federation:
                             ParticipantKey.path(self.federation_id, client_id, self._key_dir)
                         )
             self.enroll(client_id, key.public_key)
+            enrolled = self._enrolled()
         self._participant_key(client_id)
-        index = self.participants().index(client_id)
+        index = list(enrolled).index(client_id)
         subregion_of = getattr(self.channel, "subregion_of", None)
         subregion = 0 if subregion_of is None else subregion_of(index)
         return Participant(client_id=client_id, index=index, subregion=subregion)
