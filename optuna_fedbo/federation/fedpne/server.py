@@ -4,9 +4,10 @@
 is a :class:`~optuna_fedbo.federation.fedpne.config.FedPNEConfig`. One round ``r`` is one phase
 ``p = r + 1`` of Algorithm 2 (Algorithm 4 under DP; the server side is the same):
 
-1. *collect*: read the open round's raw uploads (node means; the server is their only reader),
-   parse and check each one (configuration, participant, round and phase, exactly the nodes of
-   ``K^p``, finite values: anything else is rejected, logged and left out);
+1. *collect*: read the open round's sealed uploads (node means; only the server can open them),
+   verify, open, parse and check each one (configuration, participant, round and phase,
+   exactly the nodes of ``K^p``, finite values: anything else is rejected, logged and left
+   out);
 2. *close*: when every one of the ``M`` participants has uploaded (the protocol is
    synchronous), or on ``force`` / timeout, hand the means to the core's
    :class:`~optuna_fedbo.core.fedpne.FedPNEServerState`: global means (line 12), best node
@@ -18,8 +19,9 @@ is a :class:`~optuna_fedbo.federation.fedpne.config.FedPNEConfig`. One round ``r
 
 Storage layout (in addition to :mod:`optuna_fedbo.federation.store`'s): the study
 ``NAME:fedbo:fedpne:server`` holds one system attribute ``state:RRRRRR`` per round: the core's
-state (history with the global means, the open phase) at the opening of round ``R``, written
-by the server only, read by the server only. Raw uploads stay in the per-round uploads studies
+state (history with the global means, the open phase) at the opening of round ``R``, sealed to
+the server's own key and signed: written and read by the server only (a state that does not
+verify stops the server). Raw uploads stay in the per-round uploads studies
 until their phase is published, so a server restarted at any point rebuilds the open phase
 from the newest state and re-reads every node mean already uploaded; a crash between writing
 the state and publishing is finished on restart (the decision is never taken twice).

@@ -2,16 +2,18 @@
 
 One round (DP-FTS-DE, Algorithm 1) is ``collect -> aggregate -> publish``:
 
-1. *collect*: read the open round's raw uploads (the server is their only reader), parse and
-   check each one (wrong configuration, unknown participant, wrong length, NaN/inf, malformed:
-   rejected and logged, never aggregated);
+1. *collect*: read the open round's sealed uploads, check each one's signature and binding and
+   open it (only the server can), parse and check it (forged, copied, replayed, oversized,
+   wrong configuration, unknown participant, wrong length, NaN/inf or absurd values,
+   malformed: rejected and logged, never aggregated);
 2. *aggregate*: for ``aggregation="weighted"``, one vector per sub-region,
    ``omega^(i) = sum_n phi_n^(i) omega_n`` with DP-FTS-DE's softmax weights
    (:func:`optuna_fedbo.core.weights.subregion_weights`, renormalized over the participants
    that uploaded); for ``aggregation="sample"`` (original FTS), the uploaded vectors themselves in
    random order;
-3. *publish*: stage the broadcast as a ``RUNNING`` trial, open the next round's uploads, then
-   complete the trial and move the ``latest`` pointer, and finally discard the raw uploads.
+3. *publish*: sign the broadcast (with receipts of the uploads received in time) and stage it
+   as a ``RUNNING`` trial, open the next round's uploads, then complete the trial and move the
+   signed ``latest`` pointer, and finally discard the uploads.
 
 Every step is idempotent from stored state, so a server restarted at any point resumes the open
 round with the uploads already written and never publishes a round twice.
