@@ -578,6 +578,8 @@ class Federation:
         enrolled = dict(list(self._store.roster().items())[: self.n_clients])
         with self._lock:
             self._public_keys.update(enrolled)
+            # Indices never change once assigned: cache them.
+            self._indices.update((c, i) for i, c in enumerate(enrolled))
         return enrolled
 
     def public_key_of(self, client_id: str) -> bytes | None:
@@ -597,12 +599,7 @@ class Federation:
             if client_id in self._indices:
                 return self._indices[client_id]
         roster = self.participants()
-        if client_id not in roster:
-            return None
-        with self._lock:
-            # Indices never change once assigned: cache them.
-            self._indices.update((c, i) for i, c in enumerate(roster))
-        return roster.index(client_id)
+        return roster.index(client_id) if client_id in roster else None
 
     def enroll(self, client_id: str, public_key: bytes | None = None) -> ParticipantKey:
         """Enroll a participant (the operator only: the server signs the enrollment).
