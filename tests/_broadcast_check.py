@@ -18,9 +18,9 @@ from optuna_fedbo.federation.fts.messages import parse_broadcast
 
 def broadcast_vectors(federation: Federation, round_index: int) -> tuple[str, np.ndarray]:
     """``(aggregation, vectors)`` of the published broadcast of ``round_index``."""
-    for trial in federation.store.broadcast_trials():
-        if int(trial.system_attrs["fedbo:round"]) == round_index:
-            broadcast = parse_broadcast(trial.system_attrs["fedbo:broadcast"])
+    for stored in federation.store.broadcasts():  # verified against the server's key
+        if stored.round == round_index:
+            broadcast = parse_broadcast(stored.payload)
             return broadcast.aggregation, np.asarray(broadcast.vectors)
     raise KeyError(f"no broadcast for round {round_index}")
 

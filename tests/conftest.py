@@ -1,9 +1,19 @@
-"""Shared fixtures."""
+"""Shared test set-up: a private key directory, and a fixture for Optuna's logs in ``caplog``.
+
+The key directory is set at import (before the test modules snapshot ``os.environ`` for their
+worker processes), so tests never touch the user's keys and the processes they start find the
+same keys.
+"""
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import optuna
 import pytest
+
+os.environ["OPTUNA_FEDBO_HOME"] = tempfile.mkdtemp(prefix="optuna-fedbo-test-keys-")
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation import presets
 from optuna_fedbo.federation.dp_config import DPConfig
+from optuna_fedbo.federation.dp_config import PAPER_DELTA
 from optuna_fedbo.privacy import compute_epsilon
 from optuna_fedbo.privacy import SubsampledGaussianEvent
 from optuna_fedbo.privacy._curve import EpsilonCurve
@@ -43,7 +44,9 @@ PAPER_LOSSES = [
 def test_the_papers_losses_through_dpconfig(
     n_agents: int, q: float, z: float, rounds: int, published: float
 ) -> None:
-    config = DPConfig(noise_multiplier=z, sample_rate=q, clip_norm=22.0, accountant="moments")
+    config = DPConfig(
+        noise_multiplier=z, sample_rate=q, clip_norm=22.0, delta=PAPER_DELTA, accountant="moments"
+    )
     assert config.resolve(n_agents).delta == pytest.approx(n_agents**-1.1)
     assert config.epsilon(rounds, n_agents) == pytest.approx(published, abs=0.01)
 
@@ -51,7 +54,11 @@ def test_the_papers_losses_through_dpconfig(
 def test_paper_preset_reproduces_the_landmine_default() -> None:
     privacy = presets.dp_fts_de_privacy()
     assert (privacy.noise_multiplier, privacy.sample_rate, privacy.clip_norm) == (1.0, 0.35, 22.0)
-    assert (privacy.accountant, privacy.sampling, privacy.delta) == ("moments", "poisson", None)
+    assert (privacy.accountant, privacy.sampling, privacy.delta) == (
+        "moments",
+        "poisson",
+        PAPER_DELTA,
+    )
     assert privacy.epsilon(60, 29) == pytest.approx(15.17, abs=0.01)
     protocol = presets.fts_de()
     assert (protocol.n_features, protocol.n_subregions, protocol.n_init) == (100, 4, 10)
@@ -117,10 +124,12 @@ def test_validation(kwargs: dict[str, object], message: str) -> None:
 def test_resolve_fills_delta_and_checks_the_federation_size() -> None:
     config = DPConfig(1.0, 0.35, 22.0)
     assert config.delta is None
-    assert config.resolve(100).delta == pytest.approx(100**-1.1)
-    assert DPConfig(1.0, 0.35, 22.0, delta=1e-5).resolve(100).delta == 1e-5
+    assert config.resolve(100).delta == 1e-5  # min(1e-5, 0.01 / N)
+    assert config.resolve(10_000).delta == pytest.approx(1e-6)
+    assert DPConfig(1.0, 0.35, 22.0, delta=1e-6).resolve(100).delta == 1e-6
+    assert DPConfig(1.0, 0.35, 22.0, delta=PAPER_DELTA).resolve(100).delta == 100**-1.1
     with pytest.raises(ValueError, match="N >= 2"):
-        config.resolve(1)
+        DPConfig(1.0, 0.35, 22.0, delta=PAPER_DELTA).resolve(1)
     assert DPConfig(1.0, 0.35, 22.0, delta=1e-3).resolve(1).delta == 1e-3
     with pytest.raises(ValueError, match="round"):
         DPConfig(1.0, 0.1, 22.0, sampling="fixed_size", accountant="rdp").resolve(4)
@@ -163,7 +172,7 @@ def test_privacy_is_part_of_the_hashed_configuration() -> None:
         privacy=DPConfig(1, 0.5, 3.0),
     )
     assert plain.privacy is None and plain.config.privacy is None
-    assert private.privacy == DPConfig(1.0, 0.5, 3.0, delta=5**-1.1)
+    assert private.privacy == DPConfig(1.0, 0.5, 3.0, delta=1e-5)
     assert private.config.privacy == private.privacy.to_dict()
     loaded = Federation.load("b", private.storage)
     assert loaded.privacy == private.privacy and loaded.config_hash == private.config_hash
@@ -179,7 +188,7 @@ def test_privacy_is_part_of_the_hashed_configuration() -> None:
         search_space=SPACE,
         n_clients=5,
         protocol=protocol,
-        privacy=DPConfig(1.0, 0.5, 3.0, delta=5**-1.1),
+        privacy=DPConfig(1.0, 0.5, 3.0, delta=1e-5),
         storage=private.storage,
         load_if_exists=True,
     )
@@ -217,12 +226,17 @@ def test_privacy_needs_the_weighted_fts_protocol() -> None:
     with pytest.raises(ValueError, match="DPConfig"):
         Federation.create("f", search_space=SPACE, n_clients=5, privacy={"noise_multiplier": 1.0})
     with pytest.raises(ValueError, match="N >= 2"):
-        Federation.create("f", search_space=SPACE, n_clients=1, privacy=DPConfig(1.0, 0.5, 3.0))
+        Federation.create(
+            "f",
+            search_space=SPACE,
+            n_clients=1,
+            privacy=DPConfig(1.0, 0.5, 3.0, delta=PAPER_DELTA),
+        )
 
 
 def test_privacy_spent_without_any_round_is_zero() -> None:
     fed = Federation.create("f", search_space=SPACE, n_clients=4, privacy=DPConfig(1.0, 0.5, 3.0))
-    assert fed.privacy_spent() == (0.0, pytest.approx(4**-1.1))
+    assert fed.privacy_spent() == (0.0, pytest.approx(1e-5))
     assert fed.ledger_entries() == [] and fed.budget_exhausted() is None
     plain = Federation.create("g", search_space=SPACE, n_clients=4, storage=fed.storage)
     assert math.isinf(plain.privacy_spent()[0]) and plain.ledger_entries() == []
@@ -298,5 +312,7 @@ def test_curve_max_rounds(accountant: str) -> None:
 
 def test_dpconfig_max_rounds() -> None:
     assert DPConfig(1.0, 0.35, 22.0).max_rounds(29) is None
-    config = DPConfig(1.0, 0.35, 22.0, accountant="moments", epsilon_budget=15.17)
+    config = DPConfig(
+        1.0, 0.35, 22.0, delta=PAPER_DELTA, accountant="moments", epsilon_budget=15.17
+    )
     assert config.max_rounds(29) == 60  # the landmine setting spends 15.17 in 60 rounds

@@ -160,7 +160,7 @@ def test_uploads_are_oriented_and_standardized() -> None:
             return sign * scale * _objective((0.7, 0.2))(t) + 17.0 * sign
 
         study.optimize(objective, n_trials=12)
-        raw = fed.store.read_uploads(0)["c0"]
+        raw = fed.read_upload(0, "c0")
         from optuna_fedbo.federation.fts.messages import parse_upload
 
         upload = parse_upload(
@@ -205,7 +205,7 @@ def test_failed_pruned_and_nan_trials_are_not_modelled_but_still_upload() -> Non
         return x
 
     study.optimize(objective, n_trials=6, catch=(ValueError,))
-    raw = fed.store.read_uploads(0)["c0"]
+    raw = fed.read_upload(0, "c0")
     from optuna_fedbo.federation.fts.messages import parse_upload
 
     upload = parse_upload(

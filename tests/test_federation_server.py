@@ -273,7 +273,7 @@ def test_bad_uploads_are_rejected_logged_and_never_aggregated(changes, reason, c
     fed = _federation(n_clients=2)
     server = FederationServer(fed)
     fed.upload("c0", _omega(0), n_observations=3, iteration=0)
-    fed.store.write_upload(0, "c1", _raw(fed, "c1", **changes))
+    fed.send_upload("c1", 0, _raw(fed, "c1", **changes))
     with caplog.at_level(logging.WARNING):
         assert server.step() is None  # c1's upload does not count: the round is not complete
     assert any(reason in r.getMessage() and "'c1'" in r.getMessage() for r in caplog.records)
@@ -287,7 +287,7 @@ def test_garbage_and_unknown_participants_are_rejected(caplog) -> None:
     fed = _federation(n_clients=2)
     server = FederationServer(fed)
     fed.upload("c0", _omega(0), n_observations=3, iteration=0)
-    fed.store.write_upload(0, "c1", "{not json")
+    fed.send_upload("c1", 0, "{not json")
     fed.store.write_upload(0, "intruder", _raw(fed, "intruder"))
     with caplog.at_level(logging.WARNING):
         report = server.step(force=True)

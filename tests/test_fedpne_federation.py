@@ -259,11 +259,14 @@ def test_bad_uploads_are_rejected_and_leave_the_participant_missing(caplog) -> N
         ),
     }
     for key, payload in bad.items():
-        fed.store.write_upload(0, key, payload)
+        if key == "intruder":  # not enrolled: it cannot seal, so it writes straight to the storage
+            fed.store.write_upload(0, key, payload)
+        else:
+            fed.send_upload(key, 0, payload)
     nan = json.loads(bad["c1"])
     nan["phase"] = 1
     nan["means"][phase.nodes[0].key] = "NaN"
-    fed.store.write_upload(0, "c1", json.dumps(nan))
+    fed.send_upload("c1", 0, json.dumps(nan))
     with caplog.at_level(logging.WARNING, logger="optuna_fedbo"):
         assert server.step() is None
     messages = " ".join(r.getMessage() for r in caplog.records)
@@ -273,7 +276,7 @@ def test_bad_uploads_are_rejected_and_leave_the_participant_missing(caplog) -> N
     other = json.loads(bad["c1"])
     other["config"] = "0" * 64
     other["phase"] = 1
-    fed.store.write_upload(0, "c1", json.dumps(other))
+    fed.send_upload("c1", 0, json.dumps(other))
     assert server.step() is None
     assert "configuration mismatch" in " ".join(r.getMessage() for r in caplog.records)
     assert server.state().missing() == ["c1", "c2"]

@@ -397,7 +397,7 @@ def test_participant_restart_mid_phase_resumes_and_never_uploads_twice(monkeypat
     slots = [t.system_attrs["fedpne:slot"] for t in resumed.trials]
     assert slots == list(range(phase.budget))
     raw = fed.store.read_uploads(0)["site-a"]
-    record = json.loads(raw)
+    record = json.loads(fed.read_upload(0, "site-a"))
     assert set(record["means"]) == {n.key for n in phase.nodes}
     # A second restart after the upload: nothing is re-sent (DP noise would differ).
     again = optuna.load_study(
@@ -454,7 +454,7 @@ def test_dp_noise_comes_from_secure_rng_with_the_papers_sigma(monkeypatch) -> No
     rewards = np.array([t.system_attrs["fedpne:reward"] for t in study.trials])
     sigma = math.sqrt(2.0 * math.log(1.25 / 1e-5)) / 1.0
     noisy = rewards + np.random.default_rng(123).normal(0.0, sigma, size=rewards.shape)
-    uploaded = json.loads(fed.store.read_uploads(0)["a"])["means"]
+    uploaded = json.loads(fed.read_upload(0, "a"))["means"]
     schedule = phase.schedule()
     for node in phase.nodes:
         expected = np.mean([noisy[k] for k in range(phase.budget) if schedule[k] == node])

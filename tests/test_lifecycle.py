@@ -196,7 +196,7 @@ def test_a_narrower_range_is_reported_accurately(propagate, caplog) -> None:
     assert "not modelled" not in text
     # They are modelled and shared: the upload after the third trial stands on three trials.
     upload = parse_upload(
-        fed.store.read_uploads(0)["a"], client_id="a", round_index=0,
+        fed.read_upload(0, "a"), client_id="a", round_index=0,
         config_hash=fed.config_hash, n_features=20,
     )  # fmt: skip
     assert upload.n_observations == 3

@@ -1,6 +1,6 @@
 """The federation over an Optuna storage: the machinery every protocol shares (configuration,
-store, ledger, uploads, polling, server, CLI) and one package per protocol (:mod:`.fts`,
-:mod:`.fedpne`), registered in :mod:`.protocol`.
+store, keys and sealing, ledger, uploads, polling, server, CLI) and one package per protocol
+(:mod:`.fts`, :mod:`.fedpne`), registered in :mod:`.protocol`.
 
 The simulation drivers (``simulate``, ``simulate_fedpne``) build participants' samplers, so they
 live above the samplers in :mod:`optuna_fedbo.simulation`; they are re-exported here lazily.
@@ -24,9 +24,13 @@ from optuna_fedbo.federation.fts import Broadcast
 from optuna_fedbo.federation.fts import FTSConfig
 from optuna_fedbo.federation.fts import FTSServer
 from optuna_fedbo.federation.fts import presets
+from optuna_fedbo.federation.keys import import_credential
+from optuna_fedbo.federation.keys import KeyFileError
+from optuna_fedbo.federation.keys import ParticipantKey
 from optuna_fedbo.federation.lease import ParticipantBusyError
 from optuna_fedbo.federation.lease import ParticipantState
 from optuna_fedbo.federation.ledger import LedgerEntry
+from optuna_fedbo.federation.ledger import LedgerIntegrityError
 from optuna_fedbo.federation.ledger import PrivacyLedger
 from optuna_fedbo.federation.lifecycle import FederationSummary
 from optuna_fedbo.federation.lifecycle import Lifecycle
@@ -39,6 +43,7 @@ from optuna_fedbo.federation.server import RoundReport
 from optuna_fedbo.federation.store import FederationNotFoundError
 from optuna_fedbo.federation.store import resolve_storage
 from optuna_fedbo.federation.store import ServerSupersededError
+from optuna_fedbo.federation.trust import UntrustedRecordError
 
 #: Names re-exported from the simulation entry points, imported on first access.
 _LAZY = {
@@ -74,10 +79,13 @@ __all__ = [
     "FederationServer",
     "FederationStatus",
     "FederationSummary",
+    "KeyFileError",
     "LedgerEntry",
+    "LedgerIntegrityError",
     "Lifecycle",
     "Participant",
     "ParticipantBusyError",
+    "ParticipantKey",
     "ParticipantState",
     "PhaseRoundReport",
     "Preset",
@@ -87,7 +95,9 @@ __all__ = [
     "RoundReport",
     "ServerSupersededError",
     "SimulationResult",
+    "UntrustedRecordError",
     "get_protocol",
+    "import_credential",
     "presets",
     "register_protocol",
     "resolve_storage",

@@ -10,6 +10,7 @@ from typing import TypeVar
 import optuna
 
 from optuna_fedbo.federation.store import ServerSupersededError
+from optuna_fedbo.federation.trust import UntrustedRecordError
 
 _logger = optuna.logging.get_logger(__name__)
 
@@ -61,8 +62,10 @@ def poll_rounds(
             try:
                 report = step()
                 errors = 0
-            except ServerSupersededError:
-                raise  # not a storage hiccup: another server now owns the federation
+            except (ServerSupersededError, UntrustedRecordError):
+                # Not a storage hiccup: another server now owns the federation, or its records
+                # do not verify (the server fails closed rather than retry).
+                raise
             except Exception:
                 errors += 1
                 if errors >= max_consecutive_errors:

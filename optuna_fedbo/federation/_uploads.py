@@ -1,4 +1,5 @@
-"""How both servers read a round's raw uploads: parse each once, reject and log bad ones once."""
+"""How every server reads a round's sealed uploads: open and parse each once, reject and log bad
+ones once (with the reason), and remember the receipts of the good ones."""
 
 from __future__ import annotations
 
@@ -22,22 +23,30 @@ Parsed = TypeVar("Parsed")
 
 
 class UploadCollector(Generic[Parsed]):
-    """Parses the open round's uploads, caching by text, and remembers when the first arrived.
+    """Opens and parses the open round's uploads, caching by text; remembers when the first
+    valid one arrived, the newest counter of each participant, and receipts.
 
     Args:
-        is_participant: Whether an id is in the federation's roster.
+        open_upload: ``(client_id, stored text, round) -> (counter, plaintext)``: checks the
+            participant's enrollment, the size bound, the signature and the binding, and
+            decrypts; raises :class:`UploadRejected`.
     """
 
-    def __init__(self, is_participant: Callable[[str], bool]) -> None:
-        self._is_participant = is_participant
+    def __init__(self, open_upload: Callable[[str, str, int], tuple[int, str]]) -> None:
+        self._open = open_upload
         self._parsed: dict[str, tuple[str, Parsed | UploadRejected]] = {}
         self._logged: set[tuple[int, str, str]] = set()
+        self._counters: dict[str, int] = {}
         #: Monotonic time at which the open round's first valid upload was seen.
         self.first_seen: float | None = None
+        #: Receipt (digest prefix of the stored text) of each valid upload of the open round.
+        self.receipts: dict[str, str] = {}
 
     def reset(self) -> None:
         """Forget the open round (call when a new round opens or state is reloaded)."""
         self._parsed.clear()
+        self._counters.clear()
+        self.receipts.clear()
         self.first_seen = None
 
     def waited(self, timeout: float | None) -> bool:
@@ -74,15 +83,22 @@ class UploadCollector(Generic[Parsed]):
                 outcome = cached[1]
             else:
                 try:
-                    if not self._is_participant(client_id):
-                        raise UploadRejected("unknown participant (not in the roster)")
-                    outcome = parse(client_id, text)
+                    counter, plaintext = self._open(client_id, text, round_index)
+                    newest = self._counters.get(client_id)
+                    if newest is not None and counter < newest:
+                        raise UploadRejected(
+                            f"replayed (counter {counter} is older than {newest}, already seen)"
+                        )
+                    outcome = parse(client_id, plaintext)
+                    self._counters[client_id] = counter
                 except UploadRejected as error:
                     outcome = error
                 self._parsed[client_id] = (text, outcome)
             if not isinstance(outcome, UploadRejected):
                 valid[client_id] = outcome
+                self.receipts[client_id] = hashlib.sha256(text.encode()).hexdigest()[:32]
                 continue
+            self.receipts.pop(client_id, None)
             rejected.append((client_id, str(outcome)))
             key = (round_index, client_id, hashlib.sha256(str(text).encode()).hexdigest())
             if key not in self._logged:

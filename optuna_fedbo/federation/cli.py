@@ -9,6 +9,13 @@ Examples::
     optuna-fedbo serve --storage sqlite:///fed.db --name svm --round-timeout 600
     optuna-fedbo status --storage sqlite:///fed.db --name svm
 
+Across machines (the trust model: see the README), the operator gives out the server's
+fingerprint and one credential per participant::
+
+    optuna-fedbo fingerprint --storage URL --name svm
+    optuna-fedbo enroll --storage URL --name svm --client-id site-3 --out site-3.cred
+    optuna-fedbo import-credential site-3.cred        # on site 3's machine
+
 Differential privacy (DP-FTS-DE): ``--preset dp-fts-de`` (protocol and privacy), or
 ``--privacy-preset dp-fts-de`` (the paper's ``z = 1``,
 ``q = 0.35``, ``S = 22``, moments accountant) and/or ``--privacy '{"noise_multiplier": 1.0,
@@ -22,8 +29,10 @@ import argparse
 from collections.abc import Sequence
 import json
 import logging
+from pathlib import Path
 import sys
 import time
+from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution
@@ -35,6 +44,11 @@ from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fts.config import FTSConfig
 from optuna_fedbo.federation.fts.presets import PRESETS
 from optuna_fedbo.federation.fts.presets import PRIVACY_PRESETS
+from optuna_fedbo.federation.keys import b64
+from optuna_fedbo.federation.keys import import_credential
+from optuna_fedbo.federation.keys import ParticipantKey
+from optuna_fedbo.federation.keys import ServerKeys
+from optuna_fedbo.federation.keys import unb64
 from optuna_fedbo.federation.preset import unpack
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
@@ -57,6 +71,101 @@ def _add_target(parser: argparse.ArgumentParser) -> None:
         "(journal:PATH or PATH.log).",
     )
     parser.add_argument("--name", required=True, help="Federation name.")
+    _add_keys(parser)
+    parser.add_argument(
+        "--server-fingerprint",
+        help="The server's fingerprint (from the operator's `optuna-fedbo fingerprint`), if it "
+        "is not pinned in the key directory.",
+    )
+
+
+def _add_keys(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--key-dir",
+        help="Key directory (default: $OPTUNA_FEDBO_HOME or ~/.config/optuna-fedbo).",
+    )
+
+
+def _load(args: argparse.Namespace) -> Federation:
+    return Federation.load(
+        args.name,
+        args.storage,
+        server_fingerprint=args.server_fingerprint,
+        key_dir=args.key_dir,
+    )
+
+
+def _add_trust_commands(commands: Any) -> None:
+    """The commands an operator and participants use across machines (see the README)."""
+    fingerprint = commands.add_parser(
+        "fingerprint", help="Print the server's fingerprint (give it to participants)."
+    )
+    _add_target(fingerprint)
+    enroll = commands.add_parser(
+        "enroll",
+        help="Enroll a participant (operator): writes its credential file.",
+        description="Enroll a participant (operator only). Without --public-key a new key pair "
+        "is made and the credential written to --out holds its private key: hand it over on a "
+        "secure channel; the participant installs it with `optuna-fedbo import-credential`.",
+    )
+    _add_target(enroll)
+    enroll.add_argument("--client-id", required=True, help="The participant's id.")
+    enroll.add_argument(
+        "--public-key", help="The participant's public key (from `optuna-fedbo keygen`)."
+    )
+    enroll.add_argument("--out", required=True, help="Credential file to write (mode 0600).")
+    install = commands.add_parser(
+        "import-credential", help="Install a participant credential into the key directory."
+    )
+    install.add_argument("file", help="The credential file from `optuna-fedbo enroll`.")
+    _add_keys(install)
+    keygen = commands.add_parser(
+        "keygen",
+        help="Make a participant key pair on this machine; prints the public key to enroll.",
+    )
+    _add_target(keygen)
+    keygen.add_argument("--client-id", required=True, help="Your participant id.")
+
+
+def _fingerprint(args: argparse.Namespace) -> int:
+    federation = _load(args)
+    print(federation.fingerprint)
+    return 0
+
+
+def _enroll(args: argparse.Namespace) -> int:
+    federation = _load(args)
+    out = Path(args.out)
+    if out.exists():
+        raise ValueError(
+            f"{out} exists; choose another --out (credentials are never overwritten)."
+        )
+    public_key = None if args.public_key is None else unb64(args.public_key, "--public-key", 32)
+    key = federation.enroll(args.client_id, public_key)
+    key.save(federation.name, out)
+    print(
+        f"enrolled {args.client_id} in {federation.name}; credential written to {out} "
+        + ("(it holds the private key: hand it over securely)" if key.has_private_key else "")
+    )
+    print(f"server fingerprint {federation.fingerprint}")
+    return 0
+
+
+def _import_credential(args: argparse.Namespace) -> int:
+    path = import_credential(args.file, args.key_dir)
+    print(f"installed {args.file} as {path}")
+    return 0
+
+
+def _keygen(args: argparse.Namespace) -> int:
+    if args.server_fingerprint is None:
+        raise ValueError("keygen needs --server-fingerprint (ask the operator).")
+    federation = _load(args)
+    key = ParticipantKey.generate(federation.federation_id, args.client_id, federation.fingerprint)
+    path = key.save(federation.name, key_dir=args.key_dir)
+    print(f"key of {args.client_id} written to {path}; send this public key to the operator:")
+    print(b64(key.public_key))
+    return 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -145,6 +254,7 @@ def _parser() -> argparse.ArgumentParser:
         help="Show the status again every SECONDS (default 5) until every participant has "
         "finished (or Ctrl-C).",
     )
+    _add_trust_commands(commands)
     return parser
 
 
@@ -223,8 +333,13 @@ def _create(args: argparse.Namespace) -> int:
         protocol=protocol,
         privacy=_privacy_argument(args, preset_privacy),
         seed=args.seed,
+        key_dir=args.key_dir,
     )
     print(f"created {federation.name} (config {federation.config_hash[:12]})")
+    print(
+        f"server fingerprint {federation.fingerprint}; its private keys are in "
+        f"{ServerKeys.path(federation.federation_id, args.key_dir)} (keep them)"
+    )
     if federation.privacy is not None:
         dp = federation.privacy
         print(
@@ -256,7 +371,7 @@ def _privacy_argument(args: argparse.Namespace, base: DPConfig | None) -> DPConf
 
 
 def _serve(args: argparse.Namespace) -> int:
-    federation = Federation.load(args.name, args.storage)
+    federation = _load(args)
     server = FederationServer(
         federation,
         round_timeout=args.round_timeout,
@@ -302,7 +417,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    federation = Federation.load(args.name, args.storage)
+    federation = _load(args)
     if args.watch is None:
         return _show_status(federation, args)
     try:
@@ -360,7 +475,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     optuna.logging.set_verbosity(logging.DEBUG if args.verbose else logging.WARNING)
     logging.basicConfig(format="[%(levelname)s %(asctime)s] %(name)s: %(message)s")
     logging.getLogger("optuna_fedbo").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
-    handlers = {"create": _create, "serve": _serve, "status": _status}
+    handlers = {
+        "create": _create,
+        "serve": _serve,
+        "status": _status,
+        "fingerprint": _fingerprint,
+        "enroll": _enroll,
+        "import-credential": _import_credential,
+        "keygen": _keygen,
+    }
     try:
         return handlers[args.command](args)
     except (KeyError, ValueError, OSError) as error:

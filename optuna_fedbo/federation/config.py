@@ -134,6 +134,10 @@ class FederationConfig:
         protocol: The protocol configuration.
         privacy: The privacy configuration as a JSON object, or ``None`` for no privacy.
         seed: Public seed of the shared randomness (random features, assignments).
+        server: The server's public identity (``ServerIdentity.to_dict()``: the federation id
+            and the server's public signing and sealing keys); the stored configuration is
+            signed by that server, and ``Federation.load`` checks it against a pinned
+            fingerprint.
     """
 
     name: str
@@ -142,6 +146,7 @@ class FederationConfig:
     protocol: ProtocolConfig
     privacy: Mapping[str, Any] | None = None
     seed: int = 0
+    server: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -173,6 +178,7 @@ class FederationConfig:
             "protocol": self.protocol.to_dict(),
             "privacy": None if self.privacy is None else dict(self.privacy),
             "seed": self.seed,
+            **({} if self.server is None else {"server": dict(self.server)}),
         }
 
     def to_json(self) -> str:
@@ -207,6 +213,7 @@ class FederationConfig:
             protocol=ProtocolConfig.from_dict(record["protocol"]),
             privacy=record["privacy"],
             seed=record["seed"],
+            server=record.get("server"),
         )
 
     def differences(self, other: FederationConfig) -> list[str]:

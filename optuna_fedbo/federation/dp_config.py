@@ -6,8 +6,8 @@ agent is selected independently with probability ``q``; each selected vector is 
 ``S / sqrt(P)``; the sub-region vectors are ``sum_{n selected} phi_n^(i) clip(omega_n) / q``; and
 Gaussian noise of standard deviation ``z phi_max S / q`` is added to every coordinate of every
 sub-region vector (``P = 1`` is DP-FTS). The configuration is part of the federation's hashed
-configuration, with ``delta`` resolved (default ``1 / N^1.1``), so every participant sees the
-same guarantee.
+configuration, with ``delta`` resolved (default ``min(1e-5, 0.01 / N)``; the papers'
+``1 / N^1.1`` with ``delta=PAPER_DELTA``), so every participant sees the same guarantee.
 
 What is protected (the neighbouring relation):
 
@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import math
 from typing import Any
 from typing import ClassVar
+from typing import Final
 
 from optuna_fedbo.privacy._accounting import ACCOUNTANTS
 from optuna_fedbo.privacy._accounting import default_delta
@@ -66,8 +67,10 @@ class DPConfig:
         clip_norm: ``S > 0``: every selected vector is clipped to norm ``S / sqrt(P)``. It does
             not change epsilon; choose it so that few vectors are clipped (the server reports
             how many are, per round).
-        delta: Target delta in ``(0, 1)``; ``None`` is the papers' ``1 / N^1.1``, resolved with
-            the federation's ``N`` when it is created.
+        delta: Target delta in ``(0, 1/N)``; ``None`` is ``min(1e-5, 0.01 / N)``, well below
+            ``1/N``; :data:`PAPER_DELTA` (``"1/N^1.1"``) is the papers' choice (a weak guarantee
+            for small ``N``: creating such a federation warns). Resolved with the federation's
+            ``N`` when it is created; ``delta >= 1/N`` is refused.
         accountant: ``"pld"`` (default, tightest), ``"moments"`` (the papers') or ``"rdp"``.
         sampling: ``"poisson"`` (default; add/remove-one) or ``"fixed_size"`` (replace-one,
             Renyi accountants only; see the module documentation).
@@ -84,7 +87,7 @@ class DPConfig:
     noise_multiplier: float
     sample_rate: float
     clip_norm: float
-    delta: float | None = None
+    delta: float | str | None = None
     accountant: str = "pld"
     sampling: str = "poisson"
     epsilon_budget: float | None = None
@@ -99,7 +102,7 @@ class DPConfig:
             raise ValueError(f"sample_rate must lie in (0, 1], got {self.sample_rate!r}.")
         object.__setattr__(self, "sample_rate", rate)
         object.__setattr__(self, "clip_norm", _positive("clip_norm", self.clip_norm))
-        if self.delta is not None:
+        if self.delta is not None and self.delta != PAPER_DELTA:
             delta = _number("delta", self.delta)
             if not 0.0 < delta < 1.0:
                 raise ValueError(f"delta must lie in (0, 1), got {self.delta!r}.")
@@ -135,14 +138,42 @@ class DPConfig:
             raise ValueError(f"n_clients must be a positive integer, got {n_clients!r}.")
         delta = self.delta
         if delta is None:
+            delta = safe_default_delta(n_clients)
+        elif delta == PAPER_DELTA:
             if n_clients < 2:
                 raise ValueError(
-                    "The default delta 1 / N^1.1 needs N >= 2 participants; pass delta "
+                    "The papers' delta 1 / N^1.1 needs N >= 2 participants; pass delta "
                     "explicitly for a federation of one."
                 )
             delta = default_delta(n_clients)
+        assert isinstance(delta, float)
+        if n_clients > 1 and delta >= 1.0 / n_clients:
+            raise ValueError(
+                f"delta = {delta:.3g} is at least 1/N = {1.0 / n_clients:.3g}: no guarantee (a "
+                "mechanism that publishes one participant's data in the clear with probability "
+                "delta satisfies it). Use a delta well below 1/N, e.g. the default "
+                f"{safe_default_delta(n_clients):.3g} (delta=None)."
+            )
         self.event(n_clients)  # validates fixed-size: round(N q) >= 1
         return dataclasses.replace(self, delta=delta)
+
+    def weakness(self, n_clients: int) -> str | None:
+        """Why the resolved ``delta`` is a weak guarantee (above ``0.1 / N``), or ``None``."""
+        delta = self.resolve(n_clients).delta
+        assert delta is not None
+        if delta <= 0.1 / n_clients:
+            return None
+        return (
+            f"delta = {delta:.3g} is a weak guarantee for N = {n_clients} participants (close to "
+            f"1/N = {1.0 / n_clients:.3g}: with probability about N delta one participant's data "
+            "may be exposed)"
+            + (
+                "; it is the papers' 1/N^1.1, kept to reproduce their privacy losses"
+                if self.delta == PAPER_DELTA
+                else ""
+            )
+            + f". For a meaningful guarantee use delta <= {safe_default_delta(n_clients):.3g}."
+        )
 
     def mechanism(self) -> SubsampledGaussianMechanism:
         """The server's private aggregation (Algorithm 1, lines 5-11)."""
@@ -204,6 +235,19 @@ class DPConfig:
         if unknown:
             raise ValueError(f"Unknown DPConfig fields {sorted(unknown)}.")
         return cls(**fields)
+
+
+#: ``DPConfig(delta=PAPER_DELTA)``: the papers' ``delta = 1 / N^1.1`` (a weak guarantee for
+#: small ``N``; the paper preset uses it to reproduce the papers' epsilons).
+PAPER_DELTA: Final[str] = "1/N^1.1"
+
+#: The default ``delta`` is ``min(1e-5, 0.01 / N)``: well below ``1 / N`` for any ``N``.
+DEFAULT_DELTA: Final[float] = 1e-5
+
+
+def safe_default_delta(n_clients: int) -> float:
+    """The default ``delta`` for ``N`` participants: ``min(1e-5, 0.01 / N)``."""
+    return min(DEFAULT_DELTA, 0.01 / n_clients)
 
 
 def _number(name: str, value: Any) -> float:

@@ -4,23 +4,35 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+import json
 import math
 import os
-import socket
 import threading
 import time
 from typing import Any
 from typing import TYPE_CHECKING
+import warnings
 
 import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution
 from optuna.exceptions import DuplicatedStudyError
 from optuna.storages import BaseStorage
+from optuna.storages import InMemoryStorage
 
+from optuna_fedbo.federation._codec import digest
+from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.config import FederationConfig
 from optuna_fedbo.federation.config import ProtocolConfig
 from optuna_fedbo.federation.dp_config import DPConfig
+from optuna_fedbo.federation.keys import check_fingerprint
+from optuna_fedbo.federation.keys import find_participant_key
+from optuna_fedbo.federation.keys import find_server_keys
+from optuna_fedbo.federation.keys import ParticipantKey
+from optuna_fedbo.federation.keys import pinned_fingerprint
+from optuna_fedbo.federation.keys import remember
+from optuna_fedbo.federation.keys import ServerIdentity
+from optuna_fedbo.federation.keys import ServerKeys
 from optuna_fedbo.federation.lease import DEFAULT_LEASE_TTL
 from optuna_fedbo.federation.lease import Lease
 from optuna_fedbo.federation.ledger import LedgerEntry
@@ -37,6 +49,10 @@ from optuna_fedbo.federation.store import check_client_id
 from optuna_fedbo.federation.store import FederationNotFoundError
 from optuna_fedbo.federation.store import FederationStore
 from optuna_fedbo.federation.store import resolve_storage
+from optuna_fedbo.federation.trust import MAX_UPLOAD_CHARS
+from optuna_fedbo.federation.trust import text_digest
+from optuna_fedbo.federation.trust import Trust
+from optuna_fedbo.federation.trust import UntrustedRecordError
 from optuna_fedbo.search_space import SearchSpaceEncoder
 
 if TYPE_CHECKING:
@@ -60,7 +76,11 @@ def _check_privacy(
             "privacy is configured in FedPNEConfig)."
         )
     protocol.check_privacy(privacy)
-    return privacy.resolve(n_clients).to_dict()
+    resolved = privacy.resolve(n_clients).to_dict()
+    weakness = privacy.weakness(n_clients)
+    if weakness is not None:
+        warnings.warn(weakness, UserWarning, stacklevel=3)
+    return resolved
 
 
 @dataclass(frozen=True)
@@ -162,6 +182,11 @@ def _format_privacy(summary: dict[str, Any]) -> list[str]:
         f"S {summary['clip_norm']:g}, {summary['sampling']} sampling "
         f"({summary['neighbouring_relation']})",
     ]
+    if summary.get("unverified_entries"):
+        lines.append(
+            f"ledger         {summary['unverified_entries']} entries do not verify (ignored: "
+            "the ledger was tampered with; the server refuses to publish)"
+        )
     exhausted = summary["budget_exhausted"]
     if exhausted is not None:
         lines.append(
@@ -179,10 +204,24 @@ class Federation:
     is in-memory).
     """
 
-    def __init__(self, store: FederationStore, config: FederationConfig, config_hash: str) -> None:
+    def __init__(
+        self,
+        store: FederationStore,
+        config: FederationConfig,
+        config_hash: str,
+        trust: Trust,
+        key_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
         self._store = store
         self._config = config
         self._hash = config_hash
+        self._trust = trust
+        store.trust = trust
+        self._key_dir = key_dir
+        self._keys: dict[str, ParticipantKey] = {}
+        self._public_keys: dict[str, bytes] = {}
+        self._counter = 0
+        self._sent: dict[str, tuple[int, str, Any]] = {}
         self._encoder = SearchSpaceEncoder(config.search_space)
         self._lock = threading.Lock()
         self._channel: Any = None
@@ -204,6 +243,7 @@ class Federation:
         privacy: Any = None,
         seed: int = 0,
         load_if_exists: bool = False,
+        key_dir: str | os.PathLike[str] | None = None,
     ) -> Federation:
         """Create a federation.
 
@@ -222,6 +262,14 @@ class Federation:
             seed: Public seed of the shared randomness (random features, sub-regions).
             load_if_exists: Load an existing federation of that name instead of failing, if and
                 only if its configuration is identical.
+            key_dir: Where the server's private keys are written (mode 0600): by default
+                ``$OPTUNA_FEDBO_HOME`` or ``~/.config/optuna-fedbo``. The operator keeps them:
+                the server needs them, and they never enter the storage. In an in-memory
+                storage (one process) the keys stay in memory.
+
+        The server's public keys become part of the configuration, which the server signs;
+        :attr:`fingerprint` names the server (give it out of band to participants on other
+        machines, with ``optuna-fedbo fingerprint``).
 
         Raises:
             ValueError: On invalid arguments, or if the federation exists (with another
@@ -229,6 +277,7 @@ class Federation:
         """
         protocol, privacy = unpack(protocol, privacy)
         protocol = get_protocol(DEFAULT_PROTOCOL).config() if protocol is None else protocol
+        server_keys = ServerKeys.generate()
         config = FederationConfig(
             name=name,
             search_space=search_space,
@@ -236,26 +285,63 @@ class Federation:
             protocol=protocol,
             privacy=_check_privacy(privacy, protocol, n_clients),
             seed=seed,
+            server=server_keys.identity.to_dict(),
         )
         store = FederationStore(resolve_storage(storage), name)
         try:
-            store.create(config.to_json(), config.hash)
+            store.main_attrs()
+            exists = True
+        except KeyError:
+            exists = False
+        if exists:
+            if not load_if_exists:
+                raise ValueError(
+                    f"A study named {name!r} already exists in this storage; use "
+                    "Federation.load, or load_if_exists=True to join an identical federation."
+                )
+            return cls._load_existing(store, config, key_dir)
+        in_memory = isinstance(store.storage, InMemoryStorage)
+        key_path = None
+        if in_memory:
+            remember(server_keys.identity.federation_id, None, server_keys)
+        else:
+            key_path = server_keys.save(name, key_dir)
+        trust = Trust(server_keys.identity, config.hash, server_keys)
+        text = config.to_json()
+        try:
+            store.create(text, config.hash, trust.sign_config(text))
         except DuplicatedStudyError:
+            if key_path is not None:
+                key_path.unlink(missing_ok=True)
             if not load_if_exists:
                 raise ValueError(
                     f"A study named {name!r} already exists in this storage; use "
                     "Federation.load, or load_if_exists=True to join an identical federation."
                 ) from None
-            existing = cls._from_store(store, wait=5.0)
-            differences = existing.config.differences(config)
-            if differences:
-                raise ValueError(
-                    f"Federation {name!r} exists with a different configuration: "
-                    + "; ".join(differences)
-                ) from None
-            return existing
-        _logger.info(f"Created federation {name!r} (config {config.hash[:12]}).")
-        return cls(store, config, config.hash)
+            return cls._load_existing(store, config, key_dir)
+        _logger.info(
+            f"Created federation {name!r} (config {config.hash[:12]}, server fingerprint "
+            f"{server_keys.identity.fingerprint})"
+            + ("" if key_path is None else f"; its server keys are in {key_path} (keep them)")
+            + "."
+        )
+        return cls(store, config, config.hash, trust, key_dir)
+
+    @classmethod
+    def _load_existing(
+        cls,
+        store: FederationStore,
+        config: FederationConfig,
+        key_dir: str | os.PathLike[str] | None,
+    ) -> Federation:
+        existing = cls._from_store(store, wait=5.0, server_fingerprint=None, key_dir=key_dir)
+        differences = existing.config.differences(config)
+        if differences:
+            raise ValueError(
+                f"Federation {store.name!r} exists with a different configuration: "
+                + "; ".join(differences)
+            )
+        return existing
 
     @classmethod
     def load(
@@ -268,8 +354,16 @@ class Federation:
         n_clients: int | None = None,
         seed: int | None = None,
         privacy: DPConfig | None = None,
+        server_fingerprint: str | None = None,
+        key_dir: str | os.PathLike[str] | None = None,
     ) -> Federation:
         """Load a federation by name; optionally check that it is the one you expect.
+
+        The stored configuration must be signed by the server whose fingerprint is pinned:
+        ``server_fingerprint`` if given (from the operator, out of band), else the one found in
+        the key directory (the server's own key file on the operator's machine, or the
+        participant credential installed with ``optuna-fedbo import-credential``). A
+        configuration that does not verify is refused.
 
         Args:
             name: Federation name.
@@ -280,14 +374,21 @@ class Federation:
             n_clients: If given, the number of participants you expect.
             seed: If given, the public seed you expect.
             privacy: If given, the differential privacy you expect (``delta=None`` stands for
-                the default ``1 / N^1.1``); loading fails if the federation's differs.
+                the default); loading fails if the federation's differs.
+            server_fingerprint: The server's fingerprint (64 hex digits), given out of band.
+            key_dir: The key directory (default ``$OPTUNA_FEDBO_HOME`` or
+                ``~/.config/optuna-fedbo``).
 
         Raises:
             KeyError: If there is no federation of that name.
-            ValueError: If an expected value differs from the stored configuration.
+            ValueError: If an expected value differs from the stored configuration, or the
+                configuration does not verify against the pinned fingerprint (or none is
+                pinned), or a key file cannot be used.
         """
         store = FederationStore(resolve_storage(storage, must_exist=True), name)
-        federation = cls._from_store(store, wait=0.0)
+        federation = cls._from_store(
+            store, wait=0.0, server_fingerprint=server_fingerprint, key_dir=key_dir
+        )
         config = federation.config
         problems = []
         if search_space is not None:
@@ -317,15 +418,51 @@ class Federation:
         return federation
 
     @classmethod
-    def _from_store(cls, store: FederationStore, wait: float) -> Federation:
-        text, config_hash = store.read_config(wait=wait)
-        config = FederationConfig.from_json(text)
-        if config.hash != config_hash:
+    def _from_store(
+        cls,
+        store: FederationStore,
+        wait: float,
+        *,
+        server_fingerprint: str | None,
+        key_dir: str | os.PathLike[str] | None,
+    ) -> Federation:
+        name = store.name
+        pin = None if server_fingerprint is None else check_fingerprint(server_fingerprint)
+        text, signature = store.read_config(wait=wait)
+        try:
+            identity = ServerIdentity.from_dict(json.loads(text).get("server"))
+        except (ValueError, AttributeError, TypeError):
             raise ValueError(
-                f"The stored configuration of federation {store.name!r} does not match its hash; "
-                "the storage was modified by hand."
+                f"Federation {name!r} has no valid server identity in its configuration (made by "
+                "an older optuna-fedbo, or tampered with): create it again."
+            ) from None
+        server_keys = find_server_keys(identity.federation_id, key_dir)
+        if pin is None:
+            pin = pinned_fingerprint(identity.federation_id, key_dir)
+        if pin is None:
+            raise ValueError(
+                f"No server fingerprint is pinned for federation {name!r} on this machine: pass "
+                "server_fingerprint= (the operator prints it with `optuna-fedbo fingerprint`), "
+                "or install your credential with `optuna-fedbo import-credential FILE`."
             )
-        return cls(store, config, config_hash)
+        if identity.fingerprint != pin:
+            raise ValueError(
+                f"The configuration of federation {name!r} is signed by server "
+                f"{identity.fingerprint[:16]}..., not by the pinned {pin[:16]}...: the storage "
+                "was tampered with, or the fingerprint is wrong (check it with the operator: "
+                "`optuna-fedbo fingerprint`)."
+            )
+        config_hash = digest(text)
+        trust = Trust(identity, config_hash, server_keys)
+        try:
+            trust.verify_config(text, signature)
+        except UntrustedRecordError as error:
+            raise ValueError(
+                f"The stored configuration of federation {name!r} does not verify ({error}): it "
+                "was modified in the storage. Restore it from a backup or create the "
+                "federation again."
+            ) from None
+        return cls(store, FederationConfig.from_json(text), config_hash, trust, key_dir)
 
     # ---------------------------------------------------------------------- properties
     @property
@@ -352,6 +489,26 @@ class Federation:
     def config_hash(self) -> str:
         """SHA-256 of the canonical configuration."""
         return self._hash
+
+    @property
+    def trust(self) -> Trust:
+        """Signing, sealing and verification for this federation."""
+        return self._trust
+
+    @property
+    def fingerprint(self) -> str:
+        """The server's fingerprint (64 hex digits): give it out of band to participants."""
+        return self._trust.identity.fingerprint
+
+    @property
+    def federation_id(self) -> str:
+        """The federation's random id (names its key files)."""
+        return self._trust.federation_id
+
+    @property
+    def is_operator(self) -> bool:
+        """Whether this process holds the server's private keys (can serve and enroll)."""
+        return self._trust.server_keys is not None
 
     @property
     def search_space(self) -> dict[str, BaseDistribution]:
@@ -424,47 +581,250 @@ class Federation:
 
     # --------------------------------------------------------------------- participants
     def participants(self) -> list[str]:
-        """Ids of the participants that joined, by index (at most ``N``)."""
-        return self._store.roster()[: self.n_clients]
+        """Ids of the enrolled participants, by index (at most ``N``)."""
+        return list(self._enrolled())
+
+    def _enrolled(self) -> dict[str, bytes]:
+        """The first ``N`` enrolled participants (id -> public key), read once; caches keys."""
+        enrolled = dict(list(self._store.roster().items())[: self.n_clients])
+        with self._lock:
+            self._public_keys.update(enrolled)
+            # Indices never change once assigned: cache them.
+            self._indices.update((c, i) for i, c in enumerate(enrolled))
+        return enrolled
+
+    def public_key_of(self, client_id: str) -> bytes | None:
+        """The enrolled public signing key of a participant, or ``None``.
+
+        Enrollments are append-only and never change: known keys are cached, and the roster
+        is read again only for an id not seen yet.
+        """
+        with self._lock:
+            if client_id in self._public_keys:
+                return self._public_keys[client_id]
+        return self._enrolled().get(client_id)
 
     def index_of(self, client_id: str) -> int | None:
-        """The index of a participant, or ``None`` if it has not joined."""
+        """The index of a participant, or ``None`` if it is not enrolled."""
         with self._lock:
             if client_id in self._indices:
                 return self._indices[client_id]
         roster = self.participants()
-        if client_id not in roster:
-            return None
-        with self._lock:
-            # Indices never change once assigned: cache them.
-            self._indices.update((c, i) for i, c in enumerate(roster))
-        return roster.index(client_id)
+        return roster.index(client_id) if client_id in roster else None
 
-    def join(self, client_id: str) -> Participant:
-        """Register a participant (idempotent: rejoining returns the same index).
+    def enroll(self, client_id: str, public_key: bytes | None = None) -> ParticipantKey:
+        """Enroll a participant (the operator only: the server signs the enrollment).
+
+        Args:
+            client_id: The participant's id.
+            public_key: Its raw Ed25519 public key (from ``optuna-fedbo keygen`` on its
+                machine); ``None`` makes a new key pair, returned as a credential to hand over
+                (``ParticipantKey.save(name, path)``).
+
+        Returns:
+            The participant's credential (without a private key if ``public_key`` was given).
 
         Raises:
-            ValueError: If the id is invalid or ``N`` other participants have already joined.
+            ValueError: If this process does not hold the server's keys, the id is invalid or
+                already enrolled with another key, or the federation is full.
         """
         check_client_id(client_id)
+        if not self.is_operator:
+            raise ValueError(
+                f"Only the operator of federation {self.name!r} can enroll participants (its "
+                "server keys are not on this machine)."
+            )
+        if public_key is None:
+            key = ParticipantKey.generate(self.federation_id, client_id, self.fingerprint)
+        else:
+            key = ParticipantKey(
+                self.federation_id, client_id, None, self.fingerprint, public_key=public_key
+            )
         roster = self._store.roster()
-        if client_id not in roster[: self.n_clients]:
-            if len(roster) >= self.n_clients:
+        if client_id in roster:
+            if public_key is not None and roster[client_id] == public_key:
+                return key
+            raise ValueError(
+                f"{client_id!r} is already enrolled in federation {self.name!r} with another "
+                "key; enroll the participant under a new id."
+            )
+        if len(roster) >= self.n_clients:
+            raise ValueError(self._full_message(client_id))
+        self._store.register(client_id, self._trust.enrollment(client_id, key.public_key))
+        if client_id not in self._enrolled():
+            raise ValueError(self._full_message(client_id))
+        return key
+
+    def _participant_key(self, client_id: str) -> ParticipantKey:
+        """This process's signing key of ``client_id`` (verified against the enrollment).
+
+        Raises:
+            ValueError: If the participant is not enrolled, or this machine has no (valid) key
+                of it; nothing is written.
+        """
+        with self._lock:
+            if client_id in self._keys:
+                return self._keys[client_id]
+        enrolled = self.public_key_of(client_id)
+        key = find_participant_key(self.federation_id, client_id, self._key_dir)
+        if enrolled is None:
+            raise ValueError(
+                f"{client_id!r} is not enrolled in federation {self.name!r}: the operator enrolls "
+                f"it with `optuna-fedbo enroll --storage URL --name {self.name} --client-id "
+                f"{client_id} --out {client_id}.cred`, and you install the file with "
+                f"`optuna-fedbo import-credential {client_id}.cred`."
+            )
+        where = ParticipantKey.path(self.federation_id, client_id, self._key_dir)
+        if key is None or not key.has_private_key:
+            raise ValueError(
+                f"{client_id!r} is enrolled in federation {self.name!r} but its private key is "
+                f"not on this machine ({where}): install the credential the operator gave you "
+                "with `optuna-fedbo import-credential FILE`."
+            )
+        if key.public_key != enrolled:
+            raise ValueError(
+                f"The key of {client_id!r} in {where} is not the one enrolled in federation "
+                f"{self.name!r}: install the credential the operator gave you for it."
+            )
+        with self._lock:
+            self._keys[client_id] = key
+        return key
+
+    def join(self, client_id: str) -> Participant:
+        """Take part as ``client_id`` (idempotent: rejoining returns the same index).
+
+        The participant must be enrolled and this machine must hold its key. On the operator's
+        machine (this process holds the server's keys, e.g. one machine, or an in-memory
+        storage) a participant that is not enrolled yet is enrolled here, with a key made in
+        the key directory.
+
+        Raises:
+            ValueError: If the id is invalid, not enrolled (and this is not the operator), its
+                key is missing or does not match, or ``N`` others are enrolled. Nothing is
+                written to the storage then.
+        """
+        check_client_id(client_id)
+        enrolled = self._enrolled()
+        if client_id not in enrolled and self.is_operator:
+            if len(enrolled) >= self.n_clients:
                 raise ValueError(self._full_message(client_id))
-            self._store.register(client_id, {"host": socket.gethostname(), "pid": os.getpid()})
-            roster = self._store.roster()
-            if client_id not in roster[: self.n_clients]:
-                raise ValueError(self._full_message(client_id))
-        index = roster.index(client_id)
+            key = find_participant_key(self.federation_id, client_id, self._key_dir)
+            if key is None:
+                key = ParticipantKey.generate(self.federation_id, client_id, self.fingerprint)
+                if isinstance(self._store.storage, InMemoryStorage):
+                    remember(self.federation_id, client_id, key)
+                else:
+                    try:
+                        key.save(self.name, key_dir=self._key_dir)
+                    except FileExistsError:  # another process of this id made it first
+                        key = ParticipantKey.load(
+                            ParticipantKey.path(self.federation_id, client_id, self._key_dir)
+                        )
+            self.enroll(client_id, key.public_key)
+            enrolled = self._enrolled()
+        self._participant_key(client_id)
+        index = list(enrolled).index(client_id)
         subregion_of = getattr(self.channel, "subregion_of", None)
         subregion = 0 if subregion_of is None else subregion_of(index)
         return Participant(client_id=client_id, index=index, subregion=subregion)
 
     def _full_message(self, client_id: str) -> str:
         return (
-            f"Federation {self.name!r} is full: its {self.n_clients} participants have joined "
+            f"Federation {self.name!r} is full: its {self.n_clients} participants are enrolled "
             f"and {client_id!r} is not one of them."
         )
+
+    # ------------------------------------------------------------------------ uploads
+    def send_upload(
+        self,
+        client_id: str,
+        round_index: int,
+        payload: str,
+        resend: Any = None,
+    ) -> None:
+        """Seal ``payload`` to the server, sign it as ``client_id`` and write it to the round.
+
+        Args:
+            client_id: The participant (enrolled, with its key on this machine).
+            round_index: The open round.
+            payload: The protocol's upload message.
+            resend: ``() -> None`` that sends the upload again to the open round, called if
+                the broadcast of ``round_index`` shows that the upload missed it (arrived after
+                the server closed the round); ``None``: only warn.
+
+        Raises:
+            ValueError: If the participant cannot sign, or the sealed upload is over the bound.
+            KeyError: If the round is closed (its uploads study is gone).
+        """
+        key = self._participant_key(client_id)
+        with self._lock:
+            self._counter = max(self._counter + 1, time.time_ns())
+            counter = self._counter
+        sealed = self._trust.seal_upload(key, round_index, counter, payload)
+        if len(sealed) > MAX_UPLOAD_CHARS:
+            raise ValueError(
+                f"The upload of {client_id!r} has {len(sealed):,} characters sealed, over the "
+                f"bound of {MAX_UPLOAD_CHARS:,}; it is not sent."
+            )
+        self._store.write_upload(round_index, client_id, sealed)
+        with self._lock:
+            self._sent[client_id] = (round_index, text_digest(sealed)[:32], resend)
+
+    def has_sent(self, client_id: str, round_index: int) -> bool:
+        """Whether the round holds an upload signed by ``client_id`` (its own, not a forgery)."""
+        public_key = self.public_key_of(client_id)
+        text = self._store.read_uploads(round_index).get(client_id)
+        if public_key is None or text is None:
+            return False
+        try:
+            self._trust.check_upload(
+                text, client_id=client_id, public_key=public_key, round_index=round_index
+            )
+        except UploadRejected:
+            return False
+        return True
+
+    def read_upload(self, round_index: int, client_id: str) -> str:
+        """The opened upload of ``client_id`` in a round (the operator only: for inspection).
+
+        Raises:
+            KeyError: If there is no such upload.
+            ValueError: If it does not verify or this process cannot open it.
+        """
+        public_key = self.public_key_of(client_id)
+        if public_key is None:
+            raise ValueError(f"{client_id!r} is not enrolled in federation {self.name!r}.")
+        text = self._store.read_uploads(round_index)[client_id]
+        return self._trust.open_upload(
+            text, client_id=client_id, public_key=public_key, round_index=round_index
+        )[1]
+
+    def read_broadcast(self, trial_id: int) -> tuple[int, str]:
+        """``(round, payload)`` of a verified broadcast; checks this process's receipts.
+
+        Raises:
+            UntrustedRecordError: If the broadcast does not verify.
+        """
+        broadcast = self._store.read_verified_broadcast(trial_id)
+        missed = []
+        with self._lock:
+            for client_id, (sent_round, receipt, resend) in list(self._sent.items()):
+                if sent_round == broadcast.round and receipt not in broadcast.receipts:
+                    missed.append((client_id, resend))
+                if sent_round <= broadcast.round:
+                    del self._sent[client_id]
+        for client_id, resend in missed:
+            _logger.warning(
+                f"{client_id}: the upload for round {broadcast.round} of {self.name!r} arrived "
+                "after the server closed the round"
+                + (" and is re-sent to the open round." if resend is not None else ".")
+            )
+            if resend is not None:
+                try:
+                    resend()
+                except (KeyError, ValueError) as error:
+                    _logger.warning(f"{client_id}: re-sending the upload failed ({error}).")
+        return broadcast.round, broadcast.payload
 
     # ----------------------------------------------------------------------- rounds
     def open_round(self) -> int:

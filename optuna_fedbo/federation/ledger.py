@@ -1,19 +1,30 @@
-"""The privacy ledger of a differentially private federation: every released round, counted.
+"""The privacy ledger of a differentially private federation: every readable payload, counted.
 
-The ledger lives in the federation's storage (study ``NAME:fedbo:ledger``, one record per round),
-is written by the server only and is readable by everyone. Its invariant: **a round is in the
-ledger before its broadcast exists anywhere in the storage** -- the server accounts, then stages
-the broadcast, then publishes it. A crash at any point can therefore leave a round accounted but
-not yet published (the restarted server publishes the staged broadcast, or aggregates the round
-again if nothing was staged: records are keyed by round, so re-accounting a round is a no-op),
-and never a readable broadcast that is not accounted.
+The ledger lives in the federation's storage (study ``NAME:fedbo:ledger``), is written by the
+server only, signed by it, and readable by everyone. It is append-only: one entry per *payload*
+(a noisy release), keyed by the round and the payload's digest and bound to the epoch of the
+server that drew it. Its invariant: **a payload is in the ledger before it exists anywhere
+readable in the storage** -- the server draws the noise, accounts the payload, then stages it
+(signed), then publishes it. Two servers racing on a slow database may each release a payload
+for the same round; both are accounted, so epsilon counts every release, never fewer.
 
-Every round releases the same subsampled Gaussian event (``z`` and ``q`` are fixed; the noise
-scales with the round's largest weight ``phi_max``), so the spend after ``T`` accounted rounds is
+A crash can leave a payload accounted but never staged: the entry also holds the payload sealed
+to the server's own key, so the restarted server publishes that very payload (already paid for)
+instead of drawing new noise. A crash after staging leaves a staged payload, which the restarted
+server publishes.
+
+**Fail closed.** The server re-reads the ledger before every release; an entry that does not
+verify (forged, tampered with, copied under another key), or fewer entries than the signed
+broadcasts say were accounted (entries deleted), raises :class:`LedgerIntegrityError`: the
+server refuses to publish and says why. It never counts from zero. Participants and ``status``
+ignore entries that do not verify, with a warning.
+
+Every release is the same subsampled Gaussian event (``z`` and ``q`` are fixed; the noise scales
+with the round's largest weight ``phi_max``), so the spend after ``T`` accounted payloads is
 ``eps(T)`` of the configured accountant (:class:`~optuna_fedbo.privacy._curve.EpsilonCurve`).
-The records hold nothing that depends on the agents' data -- no selection, no clipped count, no
-number of contributors -- only the round, the mechanism's public parameters and the running
-epsilon.
+The entries hold nothing readable that depends on the agents' data -- no selection, no clipped
+count, no number of contributors -- only the round, the mechanism's public parameters, the
+running epsilon and the sealed payload.
 """
 
 from __future__ import annotations
@@ -29,6 +40,9 @@ import optuna
 
 from optuna_fedbo.federation.dp_config import DPConfig
 from optuna_fedbo.federation.store import FederationStore
+from optuna_fedbo.federation.store import ledger_key
+from optuna_fedbo.federation.trust import text_digest
+from optuna_fedbo.federation.trust import UntrustedRecordError
 from optuna_fedbo.privacy._curve import EpsilonCurve
 
 _logger = optuna.logging.get_logger(__name__)
@@ -38,16 +52,16 @@ _logger = optuna.logging.get_logger(__name__)
 #: beyond are computed when they come (one PLD convolution each).
 PRECOMPUTE_SECONDS: Final[float] = 2.0
 
-LEDGER_FORMAT: Final[int] = 1
+LEDGER_FORMAT: Final[int] = 2
 
 
 @dataclass(frozen=True)
 class LedgerEntry:
-    """One accounted round.
+    """One accounted payload.
 
     Attributes:
         round: The round index.
-        n_accounted: Rounds accounted so far, this one included.
+        n_accounted: Payloads accounted so far by the writing server, this one included.
         epsilon: Epsilon spent after this round (at ``delta``).
         delta: The target delta.
         accountant: The accountant that computed ``epsilon``.
@@ -57,7 +71,9 @@ class LedgerEntry:
         sampling: ``"poisson"`` or ``"fixed_size"``.
         noise_std: Noise standard deviation per coordinate, ``z phi_max S / q``.
         phi_max: The round's largest sub-region weight (public: the weight schedule).
-        accounted_at: Server clock when the round was accounted.
+        accounted_at: Server clock when the payload was accounted.
+        payload: SHA-256 of the accounted payload.
+        epoch: The epoch of the server that accounted it.
     """
 
     round: int
@@ -72,6 +88,8 @@ class LedgerEntry:
     noise_std: float
     phi_max: float
     accounted_at: float
+    payload: str = ""
+    epoch: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """The entry as a JSON object."""
@@ -100,9 +118,15 @@ class LedgerEntry:
                 noise_std=float(record["noise_std"]),
                 phi_max=float(record["phi_max"]),
                 accounted_at=float(record["accounted_at"]),
+                payload=str(record["payload"]),
+                epoch=int(record["epoch"]),
             )
         except (KeyError, TypeError, ValueError):
             raise ValueError(f"Malformed ledger record {record!r}.") from None
+
+
+class LedgerIntegrityError(UntrustedRecordError):
+    """The privacy ledger does not verify: the server refuses to publish (fails closed)."""
 
 
 class PrivacyLedger:
@@ -119,7 +143,6 @@ class PrivacyLedger:
         self._privacy = privacy.resolve(n_clients)
         self._curve = self._privacy.curve(n_clients)
         self._lock = threading.RLock()
-        self._accounted: set[int] | None = None  # server side: rounds known to be accounted
 
     @property
     def privacy(self) -> DPConfig:
@@ -128,7 +151,7 @@ class PrivacyLedger:
 
     @property
     def curve(self) -> EpsilonCurve:
-        """Epsilon as a function of the number of accounted rounds."""
+        """Epsilon as a function of the number of accounted payloads."""
         return self._curve
 
     @property
@@ -143,17 +166,28 @@ class PrivacyLedger:
         return self._privacy.epsilon_budget
 
     # -------------------------------------------------------------------------- reading
+    def _read(self) -> dict[str, dict[str, Any]]:
+        """Verified entries; those that do not verify are warned about and left out."""
+        entries, problems = self._store.read_ledger()
+        for problem in problems:
+            self._store.warn_once(
+                f"ledger:{problem}",
+                f"Ignoring a privacy ledger record of federation {self._store.name!r} that does "
+                f"not verify ({problem}); the epsilon shown may be too low.",
+            )
+        return entries
+
     def entries(self) -> list[LedgerEntry]:
-        """Every accounted round, by round index."""
-        records = self._store.read_ledger()
-        return [LedgerEntry.from_dict(records[key]) for key in sorted(records)]
+        """Every accounted payload whose entry verifies, in the order they were accounted."""
+        entries = [LedgerEntry.from_dict(body) for body in self._read().values()]
+        return sorted(entries, key=lambda e: (e.accounted_at, e.round))
 
     def n_accounted(self) -> int:
-        """Number of accounted rounds."""
-        return len(self._store.read_ledger())
+        """Number of accounted payloads (entries that verify)."""
+        return len(self._read())
 
     def spent(self) -> tuple[float, float]:
-        """``(epsilon, delta)`` after every accounted round."""
+        """``(epsilon, delta)`` after every accounted payload."""
         return self._curve.epsilon(self.n_accounted()), self.delta
 
     def exhausted(self) -> dict[str, Any] | None:
@@ -163,7 +197,8 @@ class PrivacyLedger:
     def summary(self) -> dict[str, Any]:
         """The ledger at a glance, as a JSON object."""
         privacy = self._privacy
-        rounds = self.n_accounted()
+        entries, problems = self._store.read_ledger()
+        rounds = len(entries)
         return {
             "mechanism": privacy.kind,
             "accountant": privacy.accountant,
@@ -177,37 +212,55 @@ class PrivacyLedger:
             "epsilon": self._curve.epsilon(rounds),
             "epsilon_budget": privacy.epsilon_budget,
             "budget_exhausted": self.exhausted(),
+            "unverified_entries": len(problems),
         }
 
     # --------------------------------------------------------------------- server side
+    def verified(self) -> dict[str, dict[str, Any]]:
+        """The server's view: every entry, all verified, none missing.
+
+        Raises:
+            LedgerIntegrityError: If an entry does not verify, or if the ledger holds fewer
+                entries than the signed broadcasts or budget record say were accounted.
+        """
+        entries, problems = self._store.read_ledger()
+        name = self._store.name
+        if problems:
+            raise LedgerIntegrityError(
+                f"The privacy ledger of federation {name!r} does not verify ({problems[0]}"
+                + (f", and {len(problems) - 1} more" if len(problems) > 1 else "")
+                + "): the server refuses to publish, since it cannot count the privacy spent. "
+                "Restore the ledger study from a backup, or create a new federation."
+            )
+        floor = max((b.ledger_count for b in self._store.broadcasts()), default=0)
+        exhausted = self._store.budget_exhausted()
+        if exhausted is not None:
+            floor = max(floor, int(exhausted.get("rounds_accounted", 0)))
+        if len(entries) < floor:
+            raise LedgerIntegrityError(
+                f"The privacy ledger of federation {name!r} holds {len(entries)} entries but the "
+                f"server's signed records counted {floor}: entries were deleted. The server "
+                "refuses to publish rather than count from a lower total. Restore the ledger "
+                "study from a backup, or create a new federation."
+            )
+        return entries
+
     def reload(self) -> None:
-        """Read the accounted rounds from storage (the server, at start and after an error)."""
-        with self._lock:
-            self._accounted = set(self._store.read_ledger())
-
-    def _rounds(self) -> set[int]:
-        if self._accounted is None:
-            self.reload()
-        assert self._accounted is not None
-        return self._accounted
-
-    def is_accounted(self, round_index: int) -> bool:
-        """Whether a round is already in the ledger."""
-        with self._lock:
-            return round_index in self._rounds()
+        """Check the ledger (the server, at start and after an error): fails closed."""
+        self.verified()
 
     def prepare(self, seconds: float = PRECOMPUTE_SECONDS) -> int:
-        """Precompute epsilon for the rounds the budget allows (server start).
+        """Precompute epsilon for the payloads the budget allows (server start).
 
-        Walks forward from the ledger's count, one round at a time (a lookup-table fill: one
-        PLD convolution per round, or a closed form for the Renyi accountants), until epsilon
-        exceeds the budget or ``seconds`` have passed. Afterwards accounting those rounds is a
-        table lookup. Without a budget nothing is precomputed.
+        Walks forward from the ledger's count, one payload at a time (a lookup-table fill: one
+        PLD convolution per step, or a closed form for the Renyi accountants), until epsilon
+        exceeds the budget or ``seconds`` have passed. Afterwards accounting those payloads is
+        a table lookup. Without a budget nothing is precomputed.
 
         Returns:
-            The last round count whose epsilon is now known (the ledger's count if nothing).
+            The last count whose epsilon is now known (the ledger's count if nothing).
         """
-        count = len(self._rounds())
+        count = len(self.verified())
         budget = self.budget
         if budget is None:
             return count
@@ -215,44 +268,71 @@ class PrivacyLedger:
         while self._curve.epsilon(count) <= budget and time.perf_counter() - start < seconds:
             count += 1
         _logger.debug(
-            f"Precomputed epsilon up to round count {count} for the budget {budget:g} "
+            f"Precomputed epsilon up to count {count} for the budget {budget:g} "
             f"({self._privacy.accountant}, {time.perf_counter() - start:.2f} s)."
         )
         return count
 
-    def would_exceed(self, round_index: int) -> bool:
-        """Whether publishing ``round_index`` would take epsilon above the budget.
-
-        A round already accounted (a crash before its publication) has been paid for: False.
-        """
+    def would_exceed(self) -> bool:
+        """Whether releasing one more payload would take epsilon above the budget."""
         budget = self.budget
-        with self._lock:
-            if budget is None or round_index in self._rounds():
-                return False
-            return self._curve.epsilon(len(self._rounds()) + 1) > budget
+        if budget is None:
+            return False
+        return self._curve.epsilon(len(self.verified()) + 1) > budget
 
-    def account(self, round_index: int, *, noise_std: float, phi_max: float) -> LedgerEntry:
-        """Compose one round into the persistent ledger (idempotent per round).
+    def is_accounted(self, payload_digest: str) -> bool:
+        """Whether a payload (by digest) is in the ledger."""
+        return any(body.get("payload") == payload_digest for body in self.verified().values())
 
-        Must be called, and must return, before the round's broadcast is written anywhere.
+    def unreleased(self, round_index: int, released: set[str]) -> str | None:
+        """A payload of ``round_index`` accounted but never staged (a crash in between), or
+        ``None``: the server publishes it rather than drawing (and paying for) new noise."""
+        candidates = [
+            body
+            for body in self.verified().values()
+            if body.get("round") == round_index and body.get("payload") not in released
+        ]
+        for body in sorted(candidates, key=lambda b: -float(b.get("accounted_at", 0.0))):
+            try:
+                return self._store._trust().open_private("ledger-payload", body.get("sealed"))
+            except UntrustedRecordError:
+                continue
+        return None
+
+    def account(
+        self,
+        round_index: int,
+        payload: str,
+        *,
+        epoch: int,
+        noise_std: float,
+        phi_max: float,
+    ) -> LedgerEntry:
+        """Compose one payload into the persistent ledger (idempotent per payload).
+
+        Must be called, and must return, before the payload is written anywhere readable.
 
         Args:
             round_index: The round being released.
+            payload: The payload text (its digest is bound; it is stored sealed to the server).
+            epoch: The epoch of the server releasing it.
             noise_std: Its noise standard deviation per coordinate.
             phi_max: Its largest sub-region weight.
 
         Returns:
-            The round's entry (the stored one if the round was already accounted).
+            The payload's entry (the stored one if it was already accounted).
+
+        Raises:
+            LedgerIntegrityError: If the ledger does not verify (nothing is written).
         """
+        digest = text_digest(payload)
+        key = ledger_key(int(round_index), digest)
         with self._lock:
-            rounds = self._rounds()
-            if round_index in rounds:
-                stored = self._store.read_ledger().get(round_index)
-                if stored is not None:
-                    return LedgerEntry.from_dict(stored)
-                rounds.discard(round_index)  # the cache was wrong: account it again
+            entries = self.verified()
+            if key in entries:
+                return LedgerEntry.from_dict(entries[key])
             privacy = self._privacy
-            n_accounted = len(rounds) + 1
+            n_accounted = len(entries) + 1
             entry = LedgerEntry(
                 round=int(round_index),
                 n_accounted=n_accounted,
@@ -266,20 +346,22 @@ class PrivacyLedger:
                 noise_std=float(noise_std),
                 phi_max=float(phi_max),
                 accounted_at=time.time(),
+                payload=digest,
+                epoch=int(epoch),
             )
-            self._store.write_ledger_entry(round_index, entry.to_dict())
-            rounds.add(round_index)
+            sealed = self._store._trust().seal_private("ledger-payload", payload)
+            self._store.write_ledger_entry(key, {**entry.to_dict(), "sealed": sealed})
             return entry
 
     def mark_exhausted(self, round_index: int) -> dict[str, Any]:
         """Record that ``round_index`` is not published because of the budget."""
         with self._lock:
-            spent_rounds = len(self._rounds())
+            spent = len(self.verified())
             record = {
                 "round": int(round_index),
-                "rounds_accounted": spent_rounds,
-                "epsilon": self._curve.epsilon(spent_rounds),
-                "epsilon_next": self._curve.epsilon(spent_rounds + 1),
+                "rounds_accounted": spent,
+                "epsilon": self._curve.epsilon(spent),
+                "epsilon_next": self._curve.epsilon(spent + 1),
                 "epsilon_budget": self.budget,
                 "delta": self.delta,
                 "at": time.time(),
@@ -288,4 +370,4 @@ class PrivacyLedger:
             return record
 
 
-__all__ = ["LedgerEntry", "PrivacyLedger"]
+__all__ = ["LedgerEntry", "LedgerIntegrityError", "PrivacyLedger"]

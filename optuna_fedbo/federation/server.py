@@ -29,6 +29,7 @@ import threading
 import time
 from typing import Any
 
+from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.lease import LeaseBook
 from optuna_fedbo.federation.lifecycle import FederationSummary
@@ -137,6 +138,13 @@ class FederationServer:
             min_uploads = auto_min_uploads(federation.n_clients)
         if isinstance(min_uploads, str) or isinstance(min_uploads, bool) or min_uploads < 1:
             raise ValueError(f"min_uploads must be 'auto' or at least 1, got {min_uploads!r}.")
+        if not federation.is_operator:
+            raise ValueError(
+                f"The server of federation {federation.name!r} needs its private keys, which are "
+                "not on this machine: run it where the federation was created, or copy the key "
+                f"file servers/{federation.federation_id}.json of the operator's key directory "
+                "there (mode 0600)."
+            )
         self.federation = federation
         self._store = federation.store
         self._round_timeout = round_timeout
@@ -204,11 +212,21 @@ class FederationServer:
         """This server's epoch: how many servers had started on the federation before it, + 1."""
         return self._epoch
 
+    def _open_upload(self, client_id: str, text: str, round_index: int) -> tuple[int, str]:
+        """Check and open one stored upload: ``(counter, plaintext)`` (see ``Trust``)."""
+        public_key = self.federation.public_key_of(client_id)
+        if public_key is None:
+            raise UploadRejected("unknown participant (not enrolled)")
+        return self.federation.trust.open_upload(
+            text, client_id=client_id, public_key=public_key, round_index=round_index
+        )
+
     def _ensure_current(self) -> None:
         """Raise :class:`ServerSupersededError` if a newer server has started."""
-        if self._store.has_server_epoch(self._epoch + 1):
+        newer = self._store.superseded(self._epoch)
+        if newer is not None:
             raise ServerSupersededError(
-                f"Another server (epoch {self._epoch + 1}) has started on federation "
+                f"Another server (epoch {newer}) has started on federation "
                 f"{self.federation.name!r}; this server (epoch {self._epoch}) stops publishing. "
                 "Run one server per federation."
             )

@@ -59,9 +59,15 @@ def clip_to_norm(vectors: np.ndarray, bound: float) -> np.ndarray:
         raise ValueError(f"vectors must be 1-D or 2-D, got shape {array.shape}.")
     if not np.all(np.isfinite(array)):
         raise ValueError("vectors must be finite (found NaN or infinity).")
-    norms = np.linalg.norm(array, axis=-1, keepdims=True)
-    factors = np.where(norms > bound, bound / np.where(norms > 0, norms, 1.0), 1.0)
-    return array * factors
+    # Norms scaled by the largest entry: |v| of 1e155-1e308 entries would overflow to inf (and
+    # v / inf = 0: a huge vector zeroed instead of clipped).
+    scale = np.max(np.abs(array), axis=-1, keepdims=True)
+    unit = array / np.where(scale > 0, scale, 1.0)
+    unit_norms = np.linalg.norm(unit, axis=-1, keepdims=True)
+    with np.errstate(over="ignore"):
+        norms = unit_norms * scale
+    clipped = unit * (bound / np.where(unit_norms > 0, unit_norms, 1.0))
+    return np.where(norms > bound, clipped, array)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from optuna_fedbo.federation.fedpne.config import NodeSpace
 from optuna_fedbo.federation.fedpne.messages import encode_means_upload
 from optuna_fedbo.federation.fedpne.messages import parse_phase_broadcast
 from optuna_fedbo.federation.fedpne.messages import PhaseBroadcast
-from optuna_fedbo.federation.store import UPLOAD_PREFIX
+from optuna_fedbo.federation.trust import UntrustedRecordError
 
 _logger = optuna.logging.get_logger(__name__)
 
@@ -187,7 +187,17 @@ class FedPNEChannel:
         with self._lock:
             if self._cached is not None and self._cached[0] == trial_id:
                 return self._cached[1]
-        round_index, payload = store.read_broadcast(trial_id)
+        try:
+            round_index, payload = self.federation.read_broadcast(trial_id)
+        except UntrustedRecordError as error:
+            store.warn_once(
+                f"broadcast-read:{trial_id}",
+                f"Ignoring broadcast trial {trial_id} of {self.federation.name!r}: {error}.",
+            )
+            with self._lock:
+                if self._cached is not None:
+                    return self._cached[1]
+            return PhaseView(self.initial_phase, self.partition.root(), None)
         broadcast = parse_phase_broadcast(payload)
         if broadcast.round != round_index or broadcast.config_hash != self.federation.config_hash:
             raise ValueError(f"Broadcast trial {trial_id} does not belong to this federation.")
@@ -231,16 +241,9 @@ class FedPNEChannel:
 
     # ----------------------------------------------------------------------- uploads
     def has_uploaded(self, client_id: str, phase_index: int) -> bool:
-        """Whether ``client_id``'s means for phase ``phase_index`` are in its open round."""
-        round_index = phase_index - 1
-        study_name = self.federation.store.uploads_study_name(round_index)
-        storage = self.federation.storage
-        try:
-            study_id = storage.get_study_id_from_name(study_name)
-            attrs = storage.get_study_system_attrs(study_id)
-        except KeyError:
-            return False
-        return UPLOAD_PREFIX + client_id in attrs
+        """Whether ``client_id``'s own signed means for phase ``phase_index`` are in its open
+        round (something else written under its key by someone with the URL does not count)."""
+        return self.federation.has_sent(client_id, phase_index - 1)
 
     def upload(self, client_id: str, phase: Phase, means: dict[str, float]) -> bool:
         """Send a participant's node means for ``phase`` (Algorithm 1, line 10).
@@ -272,7 +275,7 @@ class FedPNEChannel:
             means=means,
         )
         try:
-            self.federation.store.write_upload(phase.index - 1, client_id, payload)
+            self.federation.send_upload(client_id, phase.index - 1, payload)
         except Exception:
             # The round was closed and discarded between reading the pointer and writing
             # (KeyError, or on SQLite a StaleDataError while the server deletes it).

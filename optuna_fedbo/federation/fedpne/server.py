@@ -4,9 +4,10 @@
 is a :class:`~optuna_fedbo.federation.fedpne.config.FedPNEConfig`. One round ``r`` is one phase
 ``p = r + 1`` of Algorithm 2 (Algorithm 4 under DP; the server side is the same):
 
-1. *collect*: read the open round's raw uploads (node means; the server is their only reader),
-   parse and check each one (configuration, participant, round and phase, exactly the nodes of
-   ``K^p``, finite values: anything else is rejected, logged and left out);
+1. *collect*: read the open round's sealed uploads (node means; only the server can open them),
+   verify, open, parse and check each one (configuration, participant, round and phase,
+   exactly the nodes of ``K^p``, finite values: anything else is rejected, logged and left
+   out);
 2. *close*: when every one of the ``M`` participants has uploaded (the protocol is
    synchronous), or on ``force`` / timeout, hand the means to the core's
    :class:`~optuna_fedbo.core.fedpne.FedPNEServerState`: global means (line 12), best node
@@ -18,8 +19,9 @@ is a :class:`~optuna_fedbo.federation.fedpne.config.FedPNEConfig`. One round ``r
 
 Storage layout (in addition to :mod:`optuna_fedbo.federation.store`'s): the study
 ``NAME:fedbo:fedpne:server`` holds one system attribute ``state:RRRRRR`` per round: the core's
-state (history with the global means, the open phase) at the opening of round ``R``, written
-by the server only, read by the server only. Raw uploads stay in the per-round uploads studies
+state (history with the global means, the open phase) at the opening of round ``R``, sealed to
+the server's own key and signed: written and read by the server only (a state that does not
+verify stops the server). Raw uploads stay in the per-round uploads studies
 until their phase is published, so a server restarted at any point rebuilds the open phase
 from the newest state and re-reads every node mean already uploaded; a crash between writing
 the state and publishing is finished on restart (the decision is never taken twice).
@@ -65,7 +67,7 @@ from optuna_fedbo.federation.fedpne.messages import parse_means_upload
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
 from optuna_fedbo.federation.store import FederationStore
-from optuna_fedbo.federation.store import ROUND_KEY
+from optuna_fedbo.federation.trust import UntrustedRecordError
 
 _logger = optuna.logging.get_logger(__name__)
 
@@ -103,6 +105,7 @@ class ServerStateStore:
     """
 
     def __init__(self, store: FederationStore) -> None:
+        self._store = store
         self.storage = store.storage
         self.study_name = f"{store.name}:fedbo:fedpne:server"
         self._study_id: int | None = None
@@ -118,18 +121,38 @@ class ServerStateStore:
         return self._study_id
 
     def rounds(self) -> dict[int, str]:
-        """Round -> the saved state (JSON) at its opening."""
+        """Round -> the saved state (JSON) at its opening.
+
+        The states hold the global node means, which only the server may read: they are sealed
+        to the server's own key and signed.
+
+        Raises:
+            UntrustedRecordError: If a saved state does not verify (the server fails closed).
+        """
         attrs = self.storage.get_study_system_attrs(self._id())
-        return {
-            int(key[len(STATE_PREFIX) :]): value
-            for key, value in attrs.items()
-            if key.startswith(STATE_PREFIX)
-        }
+        trust = self._store.trust
+        assert trust is not None
+        states = {}
+        for key, value in attrs.items():
+            if not key.startswith(STATE_PREFIX):
+                continue
+            try:
+                states[int(key[len(STATE_PREFIX) :])] = trust.open_private(key, value)
+            except UntrustedRecordError as error:
+                raise UntrustedRecordError(
+                    f"The saved Fed-PNE server state {key!r} of federation "
+                    f"{self._store.name!r} does not verify ({error}): the server refuses to go "
+                    "on. Restore the study from a backup, or create a new federation."
+                ) from None
+        return states
 
     def write(self, round_index: int, state: dict[str, Any]) -> None:
-        """Save the state at the opening of ``round_index`` (idempotent)."""
+        """Save the state at the opening of ``round_index`` (idempotent), sealed and signed."""
+        key = f"{STATE_PREFIX}{round_index:06d}"
+        trust = self._store.trust
+        assert trust is not None
         self.storage.set_study_system_attr(
-            self._id(), f"{STATE_PREFIX}{round_index:06d}", canonical_json(state)
+            self._id(), key, trust.seal_private(key, canonical_json(state))
         )
 
 
@@ -178,9 +201,7 @@ class FedPNEServer(FederationServer):
         )
         self.channel = channel
         self._states = ServerStateStore(federation.store)
-        self._uploads: UploadCollector[dict[str, float]] = UploadCollector(
-            lambda client_id: federation.index_of(client_id) is not None
-        )
+        self._uploads: UploadCollector[dict[str, float]] = UploadCollector(self._open_upload)
         self._open = 0
         self._state: dict[str, Any] = {}
         self._pending: _Pending | None = None
@@ -196,13 +217,13 @@ class FedPNEServer(FederationServer):
 
     def _recover(self) -> None:
         """Rebuild the server's state from storage (after a restart or an error)."""
-        trials = self._store.broadcast_trials()
-        published = [t for t in trials if t.state == TrialState.COMPLETE]
-        last = max((int(t.system_attrs[ROUND_KEY]) for t in published), default=-1)
+        broadcasts = self._store.broadcasts()
+        published = [b for b in broadcasts if b.state == TrialState.COMPLETE]
+        last = max((b.round for b in published), default=-1)
         latest = self._store.latest()
         if published and (latest is None or int(latest["round"]) < last):
-            newest = max(published, key=lambda t: int(t.system_attrs[ROUND_KEY]))
-            self._store.commit_broadcast(newest._trial_id, last, int(newest.value or 0))
+            newest = max(published, key=lambda b: b.round)
+            self._store.commit_broadcast(newest.trial_id, last, int(newest.value or 0))
         saved = self._states.rounds()
         if not saved:
             if last >= 0:
@@ -220,14 +241,12 @@ class FedPNEServer(FederationServer):
             open_round = last + 1
             state = json.loads(saved[newest_saved])
             staged = [
-                t
-                for t in trials
-                if t.state == TrialState.RUNNING and int(t.system_attrs[ROUND_KEY]) == open_round
+                b for b in broadcasts if b.state == TrialState.RUNNING and b.round == open_round
             ]
             trial_id = (
-                staged[0]._trial_id
+                staged[0].trial_id
                 if staged
-                else self._store.stage_broadcast(open_round, self._payload(open_round, state))
+                else self._stage(open_round, self._payload(open_round, state))
             )
             self._pending = _Pending(open_round, state, trial_id, "resumed", ())
         else:
@@ -236,15 +255,13 @@ class FedPNEServer(FederationServer):
                 f"round {newest_saved} but round {last} is the newest published; the storage "
                 "was modified by hand."
             )
-        for trial in trials:
-            if trial.state != TrialState.RUNNING:
+        for broadcast in broadcasts:
+            if broadcast.state != TrialState.RUNNING:
                 continue
-            if self._pending is not None and trial._trial_id == self._pending.trial_id:
+            if self._pending is not None and broadcast.trial_id == self._pending.trial_id:
                 continue
-            _logger.warning(
-                f"Abandoning a stale staged broadcast for round {trial.system_attrs[ROUND_KEY]}."
-            )
-            self._store.fail_broadcast(trial._trial_id)
+            _logger.warning(f"Purging a stale staged broadcast of round {broadcast.round}.")
+            self._store.purge_broadcast(broadcast.trial_id)
         self._open = open_round
         self._state = json.loads(saved[open_round])
         if last >= 0 and self._discard:
@@ -324,7 +341,7 @@ class FedPNEServer(FederationServer):
             # Persist the decision before anything is published: a restart finishes it.
             self._ensure_current()  # again: only the newest server decides and publishes
             self._states.write(round_index + 1, state)
-            trial_id = self._store.stage_broadcast(round_index, self._payload(round_index, state))
+            trial_id = self._stage(round_index, self._payload(round_index, state))
             self._pending = _Pending(round_index, state, trial_id, reason, rejected)
             return self._publish()
 
@@ -357,6 +374,16 @@ class FedPNEServer(FederationServer):
             return "timeout"
         return None
 
+    def _stage(self, round_index: int, payload: str) -> int:
+        """Sign and stage a broadcast (with the receipts of the phase's valid uploads)."""
+        signed = self._store.sign_broadcast(
+            round_index,
+            payload,
+            epoch=self._epoch,
+            receipts=tuple(self._uploads.receipts.values()),
+        )
+        return self._store.stage_broadcast(round_index, signed)
+
     def _payload(self, round_index: int, state: dict[str, Any]) -> str:
         """The broadcast of ``round_index`` from the state saved after closing it."""
         core = FedPNEServerState.from_dict({**state, "submissions": {}})
@@ -382,6 +409,7 @@ class FedPNEServer(FederationServer):
         assert pending is not None
         core = FedPNEServerState.from_dict({**pending.state, "submissions": {}})
         report = core.history[-1]
+        self._ensure_current()  # again before the release is committed
         self._store.open_uploads(pending.round + 1)
         self._store.commit_broadcast(pending.trial_id, pending.round, len(report.contributors))
         self._open = pending.round + 1

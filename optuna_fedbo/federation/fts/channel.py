@@ -21,6 +21,7 @@ from optuna_fedbo.federation.fts.messages import Broadcast
 from optuna_fedbo.federation.fts.messages import encode_upload
 from optuna_fedbo.federation.fts.messages import parse_broadcast
 from optuna_fedbo.federation.fts.subregions import SubregionPartition
+from optuna_fedbo.federation.trust import UntrustedRecordError
 
 _logger = optuna.logging.get_logger(__name__)
 
@@ -90,7 +91,15 @@ class FTSChannel:
         with self._lock:
             if self._broadcast_trial == trial_id:
                 return self._broadcast
-        round_index, payload = self.federation.store.read_broadcast(trial_id)
+        try:
+            round_index, payload = self.federation.read_broadcast(trial_id)
+        except UntrustedRecordError as error:
+            self.federation.store.warn_once(
+                f"broadcast-read:{trial_id}",
+                f"Ignoring broadcast trial {trial_id} of {self.federation.name!r}: {error}.",
+            )
+            with self._lock:
+                return self._broadcast
         broadcast = parse_broadcast(payload)
         if broadcast.round != round_index or broadcast.config_hash != self.federation.config_hash:
             raise ValueError(f"Broadcast trial {trial_id} does not belong to this federation.")
@@ -167,7 +176,14 @@ class FTSChannel:
                 iteration=iteration,
             )
             try:
-                self.federation.store.write_upload(round_index, client_id, payload)
+                self.federation.send_upload(
+                    client_id,
+                    round_index,
+                    payload,
+                    resend=lambda: self.upload(
+                        client_id, omega, n_observations=n_observations, iteration=iteration
+                    ),
+                )
                 return round_index
             except Exception:
                 # The round closed between reading the pointer and writing (its uploads study

@@ -22,6 +22,10 @@ from optuna_fedbo.federation.store import loads_object
 
 MESSAGE_FORMAT = 1
 
+#: An upload with a coordinate beyond this is refused as absurd (a posterior draw of the
+#: feature weights is of the order of the values' scale; 1e12 leaves room for any real one).
+MAX_ABS_VALUE = 1e12
+
 
 @dataclass(frozen=True)
 class Upload:
@@ -113,6 +117,11 @@ def parse_upload(
         raise UploadRejected(f"vector of shape {omega.shape}, expected ({n_features},)")
     if not np.all(np.isfinite(omega)):
         raise UploadRejected("vector contains NaN or infinity")
+    if np.max(np.abs(omega), initial=0.0) > MAX_ABS_VALUE:
+        raise UploadRejected(
+            f"vector has an absurd value (|value| up to {np.max(np.abs(omega)):.3g} > "
+            f"{MAX_ABS_VALUE:g})"
+        )
     sent_at = record.get("sent_at")
     if isinstance(sent_at, bool) or not isinstance(sent_at, (int, float)):
         raise UploadRejected(f"field 'sent_at' must be a number, got {sent_at!r}")

@@ -2,16 +2,18 @@
 
 One round (DP-FTS-DE, Algorithm 1) is ``collect -> aggregate -> publish``:
 
-1. *collect*: read the open round's raw uploads (the server is their only reader), parse and
-   check each one (wrong configuration, unknown participant, wrong length, NaN/inf, malformed:
-   rejected and logged, never aggregated);
+1. *collect*: read the open round's sealed uploads, check each one's signature and binding and
+   open it (only the server can), parse and check it (forged, copied, replayed, oversized,
+   wrong configuration, unknown participant, wrong length, NaN/inf or absurd values,
+   malformed: rejected and logged, never aggregated);
 2. *aggregate*: for ``aggregation="weighted"``, one vector per sub-region,
    ``omega^(i) = sum_n phi_n^(i) omega_n`` with DP-FTS-DE's softmax weights
    (:func:`optuna_fedbo.core.weights.subregion_weights`, renormalized over the participants
    that uploaded); for ``aggregation="sample"`` (original FTS), the uploaded vectors themselves in
    random order;
-3. *publish*: stage the broadcast as a ``RUNNING`` trial, open the next round's uploads, then
-   complete the trial and move the ``latest`` pointer, and finally discard the raw uploads.
+3. *publish*: sign the broadcast (with receipts of the uploads received in time) and stage it
+   as a ``RUNNING`` trial, open the next round's uploads, then complete the trial and move the
+   signed ``latest`` pointer, and finally discard the uploads.
 
 Every step is idempotent from stored state, so a server restarted at any point resumes the open
 round with the uploads already written and never publishes a round twice.
@@ -57,10 +59,22 @@ from optuna_fedbo.federation.ledger import LedgerEntry
 from optuna_fedbo.federation.ledger import PrivacyLedger
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
+from optuna_fedbo.federation.trust import text_digest
 from optuna_fedbo.privacy._gaussian import aggregate
 from optuna_fedbo.privacy._gaussian import AggregationResult
 
 _logger = optuna.logging.get_logger(__name__)
+
+#: Without differential privacy each vector is clipped to this many times the round's median
+#: norm (from 3 uploads on), so one absurd vector cannot dominate the broadcast.
+ROBUST_CLIP_FACTOR = 10.0
+
+
+def _norms(vectors: np.ndarray) -> np.ndarray:
+    """Row norms without overflow (vectors up to the largest finite floats)."""
+    scale = np.max(np.abs(vectors), axis=1)
+    safe = np.where(scale > 0, scale, 1.0)
+    return np.linalg.norm(vectors / safe[:, None], axis=1) * scale
 
 
 @dataclass
@@ -71,6 +85,7 @@ class _Staged:
     contributors: tuple[str, ...]
     rejected: tuple[tuple[str, str], ...]
     reason: str
+    payload: str
     private: AggregationResult | None = None
     entry: LedgerEntry | None = None
 
@@ -114,9 +129,7 @@ class FTSServer(FederationServer):
             hold_rounds=fts.weight_hold_rounds,
             decay_rounds=fts.weight_decay_rounds,
         )
-        self._uploads: UploadCollector[Upload] = UploadCollector(
-            lambda client_id: federation.index_of(client_id) is not None
-        )
+        self._uploads: UploadCollector[Upload] = UploadCollector(self._open_upload)
         self._last_published = -1
         self._staged: _Staged | None = None
         self._ledger: PrivacyLedger | None = None
@@ -128,39 +141,70 @@ class FTSServer(FederationServer):
 
     # ------------------------------------------------------------------------ recovery
     def _recover(self) -> None:
-        """Rebuild the server's state from storage (after a restart or an error)."""
-        trials = self._store.broadcast_trials()
-        published = [t for t in trials if t.state == TrialState.COMPLETE]
-        self._last_published = max(
-            (int(t.system_attrs["fedbo:round"]) for t in published), default=-1
-        )
+        """Rebuild the server's state from storage (after a restart or an error).
+
+        Only broadcasts signed by the server count; with differential privacy the ledger must
+        verify (else :class:`~optuna_fedbo.federation.ledger.LedgerIntegrityError`: fail
+        closed). A staged broadcast of the open round is published as it is; a payload
+        accounted but never staged (a crash in between) is staged from the ledger; any other
+        staged payload is purged.
+        """
+        broadcasts = self._store.broadcasts()
+        published = [b for b in broadcasts if b.state == TrialState.COMPLETE]
+        self._last_published = max((b.round for b in published), default=-1)
         latest = self._store.latest()
         if published and (latest is None or int(latest["round"]) < self._last_published):
-            newest = max(published, key=lambda t: int(t.system_attrs["fedbo:round"]))
+            newest = max(published, key=lambda b: b.round)
             self._store.commit_broadcast(
-                newest._trial_id, self._last_published, int(newest.value or 0)
+                newest.trial_id, self._last_published, int(newest.value or 0)
             )
-        self._staged = None
-        for trial in trials:
-            if trial.state != TrialState.RUNNING:
-                continue
-            round_index = int(trial.system_attrs["fedbo:round"])
-            if round_index == self._last_published + 1 and self._staged is None:
-                payload = parse_broadcast(trial.system_attrs["fedbo:broadcast"])
-                self._staged = _Staged(
-                    trial._trial_id, round_index, payload.n_contributors, (), (), "resumed"
-                )
-            else:
-                _logger.warning(f"Abandoning a stale staged broadcast for round {round_index}.")
-                self._store.fail_broadcast(trial._trial_id)
-        if self._last_published >= 0 and self._discard:
-            self._store.discard_uploads(self._last_published)
         if self._ledger is not None:
             self._ledger.reload()
             self._exhausted = self._ledger.exhausted()
+        self._staged = None
+        open_round = self._last_published + 1
+        for broadcast in broadcasts:
+            if broadcast.state != TrialState.RUNNING:
+                continue
+            if broadcast.round == open_round and self._staged is None:
+                self._staged = self._resumed(broadcast.trial_id, broadcast.payload)
+            else:
+                _logger.warning(
+                    f"Purging a stale staged broadcast of round {broadcast.round} (accounted)."
+                )
+                self._store.purge_broadcast(broadcast.trial_id)
+        if self._staged is None and self._ledger is not None and self._exhausted is None:
+            payload = self._ledger.unreleased(open_round, {b.digest for b in broadcasts})
+            if payload is not None:
+                _logger.warning(
+                    f"Round {open_round} was accounted but not staged (a crash): publishing the "
+                    "accounted payload."
+                )
+                self._ensure_current()
+                trial_id = self._store.stage_broadcast(open_round, self._sign(open_round, payload))
+                self._staged = self._resumed(trial_id, payload)
+        if self._last_published >= 0 and self._discard:
+            self._store.discard_uploads(self._last_published)
         if self._exhausted is None:
-            self._store.open_uploads(self._last_published + 1)
+            self._store.open_uploads(open_round)
         self._reset_round()
+
+    def _resumed(self, trial_id: int, payload: str) -> _Staged:
+        round_index = parse_broadcast(payload).round
+        count = parse_broadcast(payload).n_contributors
+        return _Staged(trial_id, round_index, count, (), (), "resumed", payload)
+
+    def _sign(self, round_index: int, payload: str, ledger_count: int | None = None) -> str:
+        """The signed broadcast record (with the receipts of the round's valid uploads)."""
+        if ledger_count is None:
+            ledger_count = 0 if self._ledger is None else len(self._ledger.verified())
+        return self._store.sign_broadcast(
+            round_index,
+            payload,
+            epoch=self._epoch,
+            receipts=tuple(self._uploads.receipts.values()),
+            ledger_count=ledger_count,
+        )
 
     def _reset_round(self) -> None:
         self._uploads.reset()
@@ -205,17 +249,14 @@ class FTSServer(FederationServer):
             if reason is None:
                 return None
             private = entry = None
+            phi_max = 0.0
             if self._ledger is None:
                 vectors = self._aggregate(round_index, uploads)
                 contributors = tuple(u.client_id for u in uploads)
             else:
-                if self._ledger.would_exceed(round_index):
+                if self._ledger.would_exceed():
                     return self._stop_for_budget(round_index, uploads, rejected)
                 private, phi_max = self._privatize(round_index, uploads)
-                # Accounted (persistently) before the broadcast exists anywhere.
-                entry = self._ledger.account(
-                    round_index, noise_std=private.noise_std, phi_max=phi_max
-                )
                 vectors = np.asarray(private.vectors)
                 roster = self.federation.participants()
                 contributors = tuple(roster[int(i)] for i in private.contributors)
@@ -226,8 +267,20 @@ class FTSServer(FederationServer):
                 n_contributors=len(uploads) if private is None else -1,
                 config_hash=self.federation.config_hash,
             )
+            if self._ledger is not None and private is not None:
+                # Accounted (persistently, bound to the payload) before it exists anywhere; by
+                # a current server only (a superseded one would pay for a payload never shown).
+                self._ensure_current()
+                entry = self._ledger.account(
+                    round_index,
+                    payload,
+                    epoch=self._epoch,
+                    noise_std=private.noise_std,
+                    phi_max=phi_max,
+                )
+            signed = self._sign(round_index, payload, None if entry is None else entry.n_accounted)
             self._ensure_current()  # again: aggregation took time, and staging is a release
-            trial_id = self._store.stage_broadcast(round_index, payload)
+            trial_id = self._store.stage_broadcast(round_index, signed)
             self._staged = _Staged(
                 trial_id,
                 round_index,
@@ -235,6 +288,7 @@ class FTSServer(FederationServer):
                 contributors,
                 rejected,
                 reason,
+                payload,
                 private,
                 entry,
             )
@@ -278,7 +332,18 @@ class FTSServer(FederationServer):
         return None
 
     def _aggregate(self, round_index: int, uploads: list[Upload]) -> np.ndarray:
+        """The non-private aggregation, robust to a few poisoned vectors.
+
+        Every vector is clipped to ``ROBUST_CLIP_FACTOR`` times the median norm of the round's
+        vectors (from 3 uploads on): honest draws are heavy-tailed (99th percentile about 8x
+        the median), a poisoned one cannot outweigh the others by more than that factor.
+        """
         omegas = np.stack([u.omega for u in uploads])
+        if len(omegas) >= 3:
+            norms = _norms(omegas)
+            bound = ROBUST_CLIP_FACTOR * float(np.median(norms))
+            if bound > 0:
+                omegas = omegas * np.minimum(1.0, bound / np.maximum(norms, 1e-300))[:, None]
         if self._fts.aggregation == "sample":
             # Public randomness (no privacy is at stake without DP): reproducible from the
             # federation's seed, so research runs with a fixed seed repeat exactly.
@@ -347,7 +412,7 @@ class FTSServer(FederationServer):
         assert staged is not None
         entry = staged.entry
         if self._ledger is not None and entry is None:  # a staged broadcast found at restart
-            if not self._ledger.is_accounted(staged.round):
+            if not self._ledger.is_accounted(text_digest(staged.payload)):
                 # Cannot happen through step(), which accounts before staging: a broadcast found
                 # staged without its ledger entry is accounted before it is published.
                 _logger.warning(f"Round {staged.round} was staged unaccounted; accounting it now.")
@@ -361,12 +426,15 @@ class FTSServer(FederationServer):
             )
             entry = self._ledger.account(
                 staged.round,
+                staged.payload,
+                epoch=self._epoch,
                 noise_std=self._mechanism.noise_multiplier
                 * phi_max
                 * self._mechanism.clip_norm
                 / self._mechanism.sample_rate,
                 phi_max=phi_max,
             )
+        self._ensure_current()  # again before the release is committed
         self._store.open_uploads(staged.round + 1)
         # Under differential privacy the number of contributors is withheld (-1).
         published_count = staged.n_contributors if entry is None else -1

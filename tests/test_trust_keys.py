@@ -1,0 +1,212 @@
+"""Keys and identity: server keys, pinned fingerprints, signed configuration, enrollment, and the
+one-line errors (nothing written to the storage) for bad keys."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from pathlib import Path
+import stat
+
+from optuna.distributions import FloatDistribution
+from optuna.storages import InMemoryStorage
+import pytest
+
+from optuna_fedbo.federation import Federation
+from optuna_fedbo.federation import FTSConfig
+from optuna_fedbo.federation.cli import main as cli_main
+from optuna_fedbo.federation.keys import find_server_keys
+from optuna_fedbo.federation.keys import KeyFileError
+from optuna_fedbo.federation.keys import ParticipantKey
+from optuna_fedbo.federation.keys import ServerKeys
+from optuna_fedbo.federation.store import CONFIG_KEY
+from optuna_fedbo.federation.store import resolve_storage
+
+SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
+_names = itertools.count()
+
+
+def _create(storage: object, key_dir: Path, n_clients: int = 3) -> Federation:
+    return Federation.create(
+        f"keys-{next(_names)}",
+        search_space=SPACE,
+        n_clients=n_clients,
+        storage=storage,
+        protocol=FTSConfig(n_features=4, n_init=1),
+        key_dir=key_dir,
+    )
+
+
+def _snapshot(storage: object) -> list:
+    """Everything in a storage: studies, their attributes, their trials' attributes."""
+    out = []
+    for study in storage.get_all_studies():
+        trials = storage.get_all_trials(study._study_id, deepcopy=False)
+        out.append(
+            (
+                study.study_name,
+                sorted(study.system_attrs.items()),
+                [(t.number, t.state, sorted(t.system_attrs.items())) for t in trials],
+            )
+        )
+    return sorted(out, key=lambda item: item[0])
+
+
+@pytest.fixture
+def sqlite(tmp_path: Path) -> object:
+    return resolve_storage(f"sqlite:///{tmp_path / 'fed.db'}")
+
+
+def test_create_writes_a_private_key_file_and_signs_the_configuration(tmp_path, sqlite) -> None:
+    fed = _create(sqlite, tmp_path / "operator")
+    path = ServerKeys.path(fed.federation_id, tmp_path / "operator")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    keys = ServerKeys.load(path)
+    assert keys.identity.fingerprint == fed.fingerprint
+    stored = json.loads(fed.store.main_attrs()[CONFIG_KEY])
+    # The public keys are in the hashed configuration; no private key is in the storage.
+    assert stored["server"] == keys.identity.to_dict()
+    record = json.loads(path.read_text())
+    text = json.dumps(_snapshot(sqlite), default=str)
+    assert record["signing_key"] not in text and record["sealing_key"] not in text
+    loaded = Federation.load(fed.name, sqlite, key_dir=tmp_path / "operator")
+    assert loaded.is_operator and loaded.config_hash == fed.config_hash
+
+
+def test_in_memory_keys_never_touch_the_disk(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("OPTUNA_FEDBO_HOME", str(tmp_path / "home"))
+    fed = Federation.create(
+        "mem", search_space=SPACE, n_clients=2, storage=InMemoryStorage(), protocol=FTSConfig()
+    )
+    fed.join("a")
+    assert Federation.load("mem", fed.storage).is_operator
+    assert not (tmp_path / "home").exists()
+
+
+def test_a_participant_elsewhere_needs_the_pinned_fingerprint(tmp_path, sqlite) -> None:
+    fed = _create(sqlite, tmp_path / "operator")
+    elsewhere = tmp_path / "site"
+    with pytest.raises(ValueError, match="No server fingerprint is pinned.*import-credential"):
+        Federation.load(fed.name, sqlite, key_dir=elsewhere)
+    with pytest.raises(ValueError, match="not by the pinned"):
+        Federation.load(fed.name, sqlite, key_dir=elsewhere, server_fingerprint="ab" * 32)
+    with pytest.raises(ValueError, match="is not a server fingerprint"):
+        Federation.load(fed.name, sqlite, key_dir=elsewhere, server_fingerprint="abc")
+    site = Federation.load(fed.name, sqlite, key_dir=elsewhere, server_fingerprint=fed.fingerprint)
+    assert not site.is_operator
+
+
+def test_a_rewritten_configuration_is_refused(tmp_path, sqlite) -> None:
+    fed = _create(sqlite, tmp_path / "operator")
+    main_id = sqlite.get_study_id_from_name(fed.name)
+    record = json.loads(fed.store.main_attrs()[CONFIG_KEY])
+    record["protocol"]["n_features"] = 99  # e.g. z 1 -> 0.1 under DP: any change
+    sqlite.set_study_system_attr(main_id, CONFIG_KEY, json.dumps(record))
+    with pytest.raises(ValueError, match="does not verify"):
+        Federation.load(fed.name, sqlite, key_dir=tmp_path / "operator")
+    # A configuration re-signed by an attacker's own server key fails the pin instead.
+    attacker = ServerKeys.generate()
+    record["server"] = {**attacker.identity.to_dict(), "id": fed.federation_id}
+    sqlite.set_study_system_attr(main_id, CONFIG_KEY, json.dumps(record))
+    with pytest.raises(ValueError, match="not by the pinned"):
+        Federation.load(fed.name, sqlite, key_dir=tmp_path / "operator")
+
+
+def test_enrollment_is_operator_driven_and_ids_cannot_be_squatted(tmp_path, sqlite) -> None:
+    fed = _create(sqlite, tmp_path / "operator")
+    site = Federation.load(
+        fed.name, sqlite, key_dir=tmp_path / "site", server_fingerprint=fed.fingerprint
+    )
+    before = _snapshot(sqlite)
+    with pytest.raises(ValueError, match="not enrolled.*optuna-fedbo enroll"):
+        site.join("site-1")
+    with pytest.raises(ValueError, match="Only the operator"):
+        site.enroll("site-1")
+    assert _snapshot(sqlite) == before  # nothing written
+    # A squatter writing its own (unsigned) enrollment record gets nothing.
+    site.store.register("site-1", json.dumps({"body": {"client": "site-1"}, "sig": "AA=="}))
+    assert site.participants() == []
+    credential = fed.enroll("site-1")
+    assert site.participants() == ["site-1"]
+    with pytest.raises(ValueError, match="private key is not on this machine"):
+        site.join("site-1")
+    path = tmp_path / "site-1.cred"
+    credential.save(fed.name, path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    from optuna_fedbo.federation.keys import import_credential
+
+    import_credential(path, tmp_path / "site")
+    assert site.join("site-1").index == 0
+    # The credential pins the server: a fresh load on the site needs no fingerprint.
+    again = Federation.load(fed.name, sqlite, key_dir=tmp_path / "site")
+    assert again.join("site-1").index == 0
+
+
+def test_corrupt_and_world_readable_key_files_give_one_line_errors(tmp_path, sqlite) -> None:
+    fed = _create(sqlite, tmp_path / "operator")
+    path = ServerKeys.path(fed.federation_id, tmp_path / "operator")
+    before = _snapshot(sqlite)
+    os.chmod(path, 0o644)
+    with pytest.raises(KeyFileError, match=r"chmod 600") as error:
+        Federation.load(fed.name, sqlite, key_dir=tmp_path / "operator")
+    assert "\n" not in str(error.value)
+    os.chmod(path, 0o600)
+    path.write_text("{garbage")
+    with pytest.raises(KeyFileError, match="corrupt.*backup") as error:
+        Federation.load(fed.name, sqlite, key_dir=tmp_path / "operator")
+    assert "\n" not in str(error.value)
+    assert _snapshot(sqlite) == before
+
+
+def test_a_participant_key_that_is_not_the_enrolled_one_is_refused(tmp_path, sqlite) -> None:
+    fed = _create(sqlite, tmp_path / "operator")
+    fed.enroll("site-1")
+    site_dir = tmp_path / "site"
+    site = Federation.load(fed.name, sqlite, key_dir=site_dir, server_fingerprint=fed.fingerprint)
+    ParticipantKey.generate(fed.federation_id, "site-1", fed.fingerprint).save(
+        fed.name, key_dir=site_dir
+    )
+    before = _snapshot(sqlite)
+    with pytest.raises(ValueError, match="not the one enrolled"):
+        site.join("site-1")
+    assert _snapshot(sqlite) == before
+
+
+def test_on_one_machine_join_enrolls_with_a_key_in_the_key_directory(tmp_path, sqlite) -> None:
+    fed = _create(sqlite, tmp_path / "operator")
+    participant = Federation.load(fed.name, sqlite, key_dir=tmp_path / "operator")
+    assert participant.join("a").index == 0 and participant.join("b").index == 1
+    key_path = ParticipantKey.path(fed.federation_id, "a", tmp_path / "operator")
+    assert stat.S_IMODE(key_path.stat().st_mode) == 0o600
+    assert find_server_keys(fed.federation_id, tmp_path / "operator") is not None
+    assert fed.participants() == ["a", "b"]
+
+
+def test_the_cli_hands_out_fingerprint_and_credentials(tmp_path, capsys) -> None:
+    url = f"sqlite:///{tmp_path / 'fed.db'}"
+    operator, site = str(tmp_path / "operator"), str(tmp_path / "site")
+    space = json.dumps({"x": {"name": "FloatDistribution", "attributes": {"low": 0, "high": 1}}})
+    common = ["--storage", url, "--name", "cli"]
+    assert cli_main(["create", *common, "--search-space", space, "--n-clients", "2",
+                     "--key-dir", operator]) == 0  # fmt: skip
+    assert cli_main(["fingerprint", *common, "--key-dir", operator]) == 0
+    fingerprint = capsys.readouterr().out.strip().splitlines()[-1]
+    cred = str(tmp_path / "s1.cred")
+    assert cli_main(["enroll", *common, "--key-dir", operator, "--client-id", "s1",
+                     "--out", cred]) == 0  # fmt: skip
+    assert cli_main(["import-credential", cred, "--key-dir", site]) == 0
+    # keygen: a site that keeps its private key to itself.
+    assert cli_main(["keygen", *common, "--key-dir", site, "--client-id", "s2",
+                     "--server-fingerprint", fingerprint]) == 0  # fmt: skip
+    public_key = capsys.readouterr().out.strip().splitlines()[-1]
+    s2 = str(tmp_path / "s2.cred")
+    assert cli_main(["enroll", *common, "--key-dir", operator, "--client-id", "s2",
+                     "--public-key", public_key, "--out", s2]) == 0  # fmt: skip
+    fed = Federation.load("cli", url, key_dir=site)
+    assert fed.fingerprint == fingerprint
+    assert [fed.join(c).index for c in ("s1", "s2")] == [0, 1]
+    capsys.readouterr()
+    assert cli_main(["status", *common, "--key-dir", str(tmp_path / "nobody")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "server_fingerprint" in err

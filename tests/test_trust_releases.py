@@ -1,0 +1,244 @@
+"""Signed releases: a tampered ledger, broadcast, pointer, budget flag or epoch is detected; the
+server fails closed on its own ledger; two servers on a slow storage never release a payload
+the ledger does not count."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+from pathlib import Path
+import threading
+import time
+
+import numpy as np
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState
+import pytest
+
+from optuna_fedbo.federation import DPConfig
+from optuna_fedbo.federation import Federation
+from optuna_fedbo.federation import FederationServer
+from optuna_fedbo.federation import FedPNEConfig
+from optuna_fedbo.federation import FTSConfig
+from optuna_fedbo.federation import ServerSupersededError
+from optuna_fedbo.federation.cli import main as cli_main
+from optuna_fedbo.federation.keys import ServerKeys
+from optuna_fedbo.federation.ledger import LedgerIntegrityError
+from optuna_fedbo.federation.store import BUDGET_EXHAUSTED_KEY
+from optuna_fedbo.federation.store import LATEST_KEY
+from optuna_fedbo.federation.store import resolve_storage
+from optuna_fedbo.federation.trust import Trust
+from optuna_fedbo.federation.trust import UntrustedRecordError
+
+M = 6
+SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
+DP = DPConfig(noise_multiplier=1.0, sample_rate=1.0, clip_norm=5.0)
+_names = itertools.count()
+
+
+def _federation(n_clients: int = 3, storage: object = None, privacy: object = DP) -> Federation:
+    fed = Federation.create(
+        f"rel-{next(_names)}",
+        search_space=SPACE,
+        n_clients=n_clients,
+        storage=storage,
+        protocol=FTSConfig(n_features=M, n_init=1),
+        privacy=privacy,
+    )
+    for i in range(n_clients):
+        fed.join(f"c{i}")
+    return fed
+
+
+def _upload_all(fed: Federation) -> None:
+    for i in range(fed.n_clients):
+        fed.upload(f"c{i}", np.linspace(-1, 1, M) * (i + 1), n_observations=3, iteration=0)
+
+
+def _forge(fed: Federation, purpose: str, body: dict) -> str:
+    keys = ServerKeys.generate()
+    forger = Trust(keys.identity, fed.config_hash, keys)
+    return forger.sign(purpose, body)
+
+
+def _published_rounds(fed: Federation, rounds: int) -> FederationServer:
+    server = FederationServer(fed)
+    for _ in range(rounds):
+        _upload_all(fed)
+        assert server.step() is not None
+    return server
+
+
+# ----------------------------------------------------------------------------- ledger
+def test_a_tampered_ledger_entry_makes_the_server_fail_closed(caplog) -> None:
+    fed = _federation()
+    server = _published_rounds(fed, 2)
+    ledger_id = fed.storage.get_study_id_from_name(fed.store.ledger_study_name)
+    attrs = fed.storage.get_study_system_attrs(ledger_id)
+    key = sorted(k for k in attrs if k.startswith("r:"))[0]
+    record = json.loads(attrs[key])
+    record["body"]["epsilon"] = 0.0  # "nothing was spent"
+    fed.storage.set_study_system_attr(ledger_id, key, json.dumps(record))
+    _upload_all(fed)
+    with pytest.raises(LedgerIntegrityError, match="refuses to publish"):
+        server.step()
+    with pytest.raises(LedgerIntegrityError, match="does not verify"):
+        FederationServer(Federation.load(fed.name, fed.storage))
+    assert fed.open_round() == 2  # nothing more was published
+    # Participants ignore the entry, with a warning: they never count it as zero spent.
+    with caplog.at_level(logging.WARNING):
+        assert [e.round for e in fed.ledger_entries()] == [1]
+    assert any("does not verify" in r.getMessage() for r in caplog.records)
+
+
+def test_a_ledger_copied_under_another_key_or_deleted_fails_closed(tmp_path: Path) -> None:
+    fed = _federation(storage=f"sqlite:///{tmp_path / 'l.db'}")
+    _published_rounds(fed, 2)
+    ledger_id = fed.storage.get_study_id_from_name(fed.store.ledger_study_name)
+    attrs = fed.storage.get_study_system_attrs(ledger_id)
+    first, second = sorted(k for k in attrs if k.startswith("r:"))
+    fed.storage.set_study_system_attr(ledger_id, second, attrs[first])  # a valid entry, copied
+    with pytest.raises(LedgerIntegrityError, match="another key"):
+        FederationServer(Federation.load(fed.name, fed.storage))
+    fed.storage.delete_study(ledger_id)  # "epsilon 0": the ledger is gone
+    with pytest.raises(LedgerIntegrityError, match="entries were deleted"):
+        FederationServer(Federation.load(fed.name, fed.storage))
+
+
+def test_the_cli_server_refuses_to_publish_on_a_tampered_ledger(tmp_path, capsys) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    fed = _federation(storage=url)
+    _published_rounds(fed, 1)
+    fed.storage.delete_study(fed.storage.get_study_id_from_name(fed.store.ledger_study_name))
+    assert cli_main(["serve", "--storage", url, "--name", fed.name, "--timeout", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "refuses to publish" in err and err.strip().count("\n") == 0
+
+
+# ------------------------------------------------------------------- broadcasts, pointer
+def test_a_forged_broadcast_and_pointer_are_ignored_by_participants(caplog) -> None:
+    fed = _federation(privacy=None)
+    _published_rounds(fed, 1)
+    genuine = fed.latest_broadcast()
+    participant = Federation.load(fed.name, fed.storage)
+    assert participant.latest_broadcast().round == 0
+    # A forged round-1 broadcast (signed by another key) and a pointer to it.
+    payload = json.loads(fed.store.read_broadcast(int(fed.store.latest()["trial_id"]))[1])
+    payload["round"] = 1
+    forged = _forge(
+        fed,
+        "broadcast",
+        {"round": 1, "payload": json.dumps(payload), "epoch": 1, "receipts": [],
+         "ledger_count": 0},
+    )  # fmt: skip
+    trial_id = fed.store.stage_broadcast(1, forged)
+    fed.storage.set_trial_state_values(trial_id, TrialState.COMPLETE, [3.0])
+    main_id = fed.storage.get_study_id_from_name(fed.name)
+    pointer = _forge(fed, "latest", {"round": 1, "trial_id": trial_id, "digest": "0" * 64})
+    fed.storage.set_study_system_attr(main_id, LATEST_KEY, pointer)
+    with caplog.at_level(logging.WARNING):
+        assert participant.latest_broadcast().round == genuine.round == 0
+        assert participant.open_round() == 1
+    assert any("Ignoring the 'latest' pointer" in r.getMessage() for r in caplog.records)
+    # The genuine pointer pointing at the forged trial: the trial itself does not verify.
+    fed.store.commit_broadcast(trial_id, 1, 3)
+    fresh = Federation.load(fed.name, fed.storage)
+    with caplog.at_level(logging.WARNING):
+        assert fresh.latest_broadcast() is None
+    assert any("Ignoring broadcast trial" in r.getMessage() for r in caplog.records)
+    # The server ignores the forged trial too: round 1 is still open.
+    restarted = FederationServer(Federation.load(fed.name, fed.storage))
+    assert restarted.open_round == 1
+
+
+def test_a_forged_budget_flag_is_ignored_and_the_server_keeps_publishing(caplog) -> None:
+    fed = _federation(privacy=DPConfig(1.0, 1.0, 5.0, epsilon_budget=100.0))
+    server = _published_rounds(fed, 1)
+    main_id = fed.storage.get_study_id_from_name(fed.name)
+    fake = {"round": 1, "rounds_accounted": 1, "epsilon": 99.0, "epsilon_next": 101.0}
+    fed.storage.set_study_system_attr(main_id, BUDGET_EXHAUSTED_KEY, _forge(fed, "budget", fake))
+    participant = Federation.load(fed.name, fed.storage)
+    with caplog.at_level(logging.WARNING):
+        assert participant.budget_exhausted() is None
+    assert any("budget-exhausted record" in r.getMessage() for r in caplog.records)
+    _upload_all(fed)
+    assert server.step().round == 1
+    assert FederationServer(Federation.load(fed.name, fed.storage)).budget_exhausted is None
+
+
+def test_an_unsigned_epoch_does_not_stop_the_server() -> None:
+    fed = _federation(privacy=None)
+    server = _published_rounds(fed, 1)
+    fed.storage.create_new_study([], fed.store.server_epoch_study_name(server.epoch + 1))
+    _upload_all(fed)
+    assert server.step().round == 1  # a study anyone can create is not a server
+    newer = FederationServer(Federation.load(fed.name, fed.storage))
+    assert newer.epoch == server.epoch + 2  # a signed claim after it does stop it
+    with pytest.raises(ServerSupersededError):
+        server.step()
+
+
+def test_fedpne_server_state_is_sealed_and_a_tampered_one_fails_closed() -> None:
+    fed = Federation.create(
+        f"pne-{next(_names)}", search_space=SPACE, n_clients=2, protocol=FedPNEConfig(horizon=40)
+    )
+    server = FederationServer(fed)
+    study_id = fed.storage.get_study_id_from_name(f"{fed.name}:fedbo:fedpne:server")
+    (key,) = fed.storage.get_study_system_attrs(study_id)
+    stored = fed.storage.get_study_system_attrs(study_id)[key]
+    assert '"history"' not in stored and '"ct"' in stored  # the global means are sealed
+    fed.storage.set_study_system_attr(study_id, key, '{"history": []}')
+    with pytest.raises(UntrustedRecordError, match="does not verify"):
+        server._recover()
+
+
+# ------------------------------------------------------------------------ two servers
+def _slow(storage: object, delay: float) -> object:
+    """Make a storage's writes take ``delay`` seconds (a remote database)."""
+    for name in dir(storage):
+        if name.startswith(("set_", "create_new_", "delete_")):
+            write = getattr(storage, name)
+
+            def slow(*args, _write=write, **kwargs):  # noqa: ANN002, ANN003, ANN202
+                time.sleep(delay)
+                return _write(*args, **kwargs)
+
+            setattr(storage, name, slow)
+    return storage
+
+
+def test_two_servers_on_a_slow_storage_never_release_an_unaccounted_payload(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'race.db'}"
+    fed = _federation(n_clients=3, storage=url)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run_server() -> None:
+        slow = Federation.load(fed.name, _slow(resolve_storage(url), 0.02))
+        try:
+            FederationServer(slow).serve(poll_interval=0.01, stop=stop, timeout=30)
+        except ServerSupersededError:
+            pass
+        except BaseException as error:  # noqa: BLE001
+            errors.append(error)
+
+    threads = []
+    for start in range(6):  # overlapping server starts while rounds are being closed
+        _upload_all(fed)
+        thread = threading.Thread(target=run_server)
+        thread.start()
+        threads.append(thread)
+        time.sleep(0.1 * (start % 3 + 1))
+    deadline = time.monotonic() + 30
+    while fed.open_round() < 3 and time.monotonic() < deadline:  # the newest server goes on
+        _upload_all(fed)
+        time.sleep(0.2)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    accounted = {entry.payload for entry in fed.ledger_entries()}
+    readable = fed.store.broadcasts()  # every payload anyone can read, any state
+    assert readable and {b.digest for b in readable} <= accounted
+    assert fed.privacy_spent()[0] == pytest.approx(fed.privacy.epsilon(len(accounted), 3))

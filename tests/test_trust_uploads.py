@@ -1,0 +1,278 @@
+"""Sealed, signed uploads: forged, replayed, copied, oversized and cross-round uploads are refused
+with a logged reason; a spy holding the storage URL reads no omega (real processes)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+from pathlib import Path
+import subprocess
+import sys
+import uuid
+
+import numpy as np
+from optuna.distributions import FloatDistribution
+import pytest
+
+from optuna_fedbo.federation import Federation
+from optuna_fedbo.federation import FederationServer
+from optuna_fedbo.federation import FedPNEConfig
+from optuna_fedbo.federation import FTSConfig
+from optuna_fedbo.federation.fts.messages import encode_upload
+from optuna_fedbo.federation.keys import ParticipantKey
+from optuna_fedbo.federation.trust import MAX_UPLOAD_CHARS
+
+M = 6
+SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
+_names = itertools.count()
+
+
+def _federation(n_clients: int = 2, storage: object = None, **kwargs) -> Federation:
+    fed = Federation.create(
+        f"up-{next(_names)}",
+        search_space=SPACE,
+        n_clients=n_clients,
+        storage=storage,
+        protocol=kwargs.pop("protocol", FTSConfig(n_features=M, n_init=1)),
+        **kwargs,
+    )
+    for i in range(n_clients):
+        fed.join(f"c{i}")
+    return fed
+
+
+def _omega(i: int) -> np.ndarray:
+    return np.linspace(-1.0, 1.0, M) * (i + 1)
+
+
+def _payload(fed: Federation, client: str, round_index: int = 0, i: int = 0) -> str:
+    return encode_upload(
+        config_hash=fed.config_hash,
+        round_index=round_index,
+        client_id=client,
+        omega=_omega(i),
+        n_observations=3,
+        iteration=round_index,
+    )
+
+
+def _reasons(caplog: pytest.LogCaptureFixture) -> str:
+    return " ".join(r.getMessage() for r in caplog.records if "Rejected" in r.getMessage())
+
+
+def test_uploads_are_ciphertexts_that_only_the_server_opens() -> None:
+    fed = _federation()
+    fed.upload("c0", _omega(0), n_observations=3, iteration=0)
+    stored = fed.store.read_uploads(0)["c0"]
+    envelope = json.loads(stored)
+    assert set(envelope) == {"v", "client", "round", "counter", "ct", "sig"}
+    assert '"omega"' not in stored and '"f8"' not in stored
+    assert json.loads(fed.read_upload(0, "c0"))["client"] == "c0"
+    # A participant process (no server keys) cannot open it.
+    participant = Federation.load(fed.name, fed.storage, server_fingerprint=fed.fingerprint)
+    participant._trust.server_keys = None
+    with pytest.raises(ValueError):
+        participant.read_upload(0, "c0")
+
+
+@pytest.mark.parametrize(
+    "attack",
+    ["forged key", "other id", "unsigned", "cross round", "cross federation", "oversized"],
+)
+def test_forged_copied_and_oversized_uploads_are_rejected(attack: str, caplog) -> None:
+    fed = _federation()
+    server = FederationServer(fed)
+    fed.upload("c0", _omega(0), n_observations=3, iteration=0)
+    trust = fed.trust
+    if attack == "forged key":  # signed by a key that is not c1's enrolled one
+        forger = ParticipantKey.generate(fed.federation_id, "c1", fed.fingerprint)
+        text = trust.seal_upload(forger, 0, 1, _payload(fed, "c1"))
+        reason = "not signed by the enrolled key"
+    elif attack == "other id":  # c0's genuine upload copied under c1's key
+        text = fed.store.read_uploads(0)["c0"]
+        reason = "written under participant 'c1' but sent by 'c0'"
+    elif attack == "unsigned":  # the old plain-JSON upload
+        text = _payload(fed, "c1")
+        reason = "not a sealed upload"
+    elif attack == "cross round":  # c1's genuine upload for round 3, copied into round 0
+        text = trust.seal_upload(fed._participant_key("c1"), 3, 1, _payload(fed, "c1", 3))
+        reason = "sent for round 3, found in round 0"
+    elif attack == "cross federation":  # c1's genuine upload to another federation
+        other = _federation()
+        other_key = other._participant_key("c1")
+        text = other.trust.seal_upload(other_key, 0, 1, _payload(other, "c1"))
+        reason = "not signed by the enrolled key"
+    else:
+        text = "x" * (MAX_UPLOAD_CHARS + 1)
+        reason = "oversized"
+    fed.store.write_upload(0, "c1", text)
+    with caplog.at_level(logging.WARNING):
+        assert server.step() is None  # c1 does not count: the round is not complete
+    assert reason in _reasons(caplog)
+    report = server.step(force=True)
+    assert report.contributors == ("c0",) and reason in dict(report.rejected)["c1"]
+
+
+def test_an_older_upload_of_the_same_round_is_a_replay(caplog) -> None:
+    fed = _federation()
+    server = FederationServer(fed)
+    fed.upload("c1", _omega(1), n_observations=3, iteration=0)
+    older = fed.store.read_uploads(0)["c1"]
+    fed.upload("c1", _omega(2), n_observations=3, iteration=0)
+    assert server.step() is None  # the server saw the newer upload of c1
+    fed.store.write_upload(0, "c1", older)  # someone with the URL puts the older one back
+    with caplog.at_level(logging.WARNING):
+        assert server.step() is None
+    assert "replayed" in _reasons(caplog)
+
+
+def test_uploads_to_a_closed_or_future_round_never_count(caplog) -> None:
+    fed = _federation()
+    server = FederationServer(fed)
+    # Forged uploads pre-seeded for future rounds (the attack that published 28 rounds with no
+    # honest data): signed by nobody enrolled, they never count.
+    for round_index in range(1, 4):
+        fed.store.open_uploads(round_index)
+        forger = ParticipantKey.generate(fed.federation_id, "c0", fed.fingerprint)
+        for client in ("c0", "c1"):
+            forged = fed.trust.seal_upload(forger, round_index, 1, _payload(fed, client, 1))
+            fed.store.write_upload(round_index, client, forged)
+    for i in range(2):
+        fed.upload(f"c{i}", _omega(i), n_observations=3, iteration=0)
+    assert server.step().round == 0
+    with caplog.at_level(logging.WARNING):
+        assert server.step() is None and server.step(force=True) is None
+    assert "not signed by the enrolled key" in _reasons(caplog)
+    assert fed.open_round() == 1
+
+
+def test_a_missed_upload_is_reported_and_resent_to_the_next_round(caplog) -> None:
+    fed = _federation()
+    server = FederationServer(fed, discard_uploads=False)
+    fed.upload("c0", _omega(0), n_observations=3, iteration=0)
+    collect = server._collect
+
+    def late_c1(round_index: int):  # noqa: ANN202
+        result = collect(round_index)
+        # c1 writes while the server closes the round: after its read, before the release.
+        fed.upload("c1", _omega(1), n_observations=3, iteration=0)
+        return result
+
+    server._collect = late_c1
+    assert server.step(force=True).contributors == ("c0",)
+    server._collect = collect
+    with caplog.at_level(logging.WARNING):
+        assert fed.latest_broadcast().round == 0
+    assert any("arrived after the server closed" in r.getMessage() for r in caplog.records)
+    # Re-sent to round 1: the server finds it there.
+    assert "c1" in fed.store.read_uploads(1)
+    np.testing.assert_allclose(json.loads(fed.read_upload(1, "c1"))["round"], 1)
+
+
+def test_fedpne_node_means_are_sealed_too() -> None:
+    fed = _federation(n_clients=2, protocol=FedPNEConfig(horizon=40))
+    channel = fed.channel
+    phase = channel.view().phase
+    means = {node.key: 0.5 for node in phase.nodes}
+    # Garbage written under c1's key does not pass for c1's upload (c1 still sends its own).
+    fed.store.write_upload(0, "c1", json.dumps({"means": means}))
+    assert not channel.has_uploaded("c1", phase.index)
+    assert channel.upload("c0", phase, means) and channel.has_uploaded("c0", phase.index)
+    stored = fed.store.read_uploads(0)["c0"]
+    assert '"means"' not in stored and json.loads(fed.read_upload(0, "c0"))["means"] == means
+
+
+# ------------------------------------------------------------------------ real processes
+_SPY = """
+import json, os, sys, time
+from optuna_fedbo.federation.store import resolve_storage
+storage = resolve_storage(sys.argv[1])
+seen, deadline = [], time.monotonic() + 150
+while time.monotonic() < deadline:
+    done = os.path.exists(sys.argv[2])
+    for study in storage.get_all_studies():
+        seen += [str(v) for v in study.system_attrs.values()]
+        try:
+            trials = storage.get_all_trials(study._study_id, deepcopy=False)
+        except KeyError:  # an uploads study deleted meanwhile
+            continue
+        seen += [str(v) for t in trials for v in t.system_attrs.values()]
+    if done:
+        break
+    time.sleep(0.02)
+print(json.dumps({"n": len(seen), "uploads": sum('"ct"' in s for s in seen),
+                  "omega": sum('"omega"' in s for s in seen)}))
+"""
+
+ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "OMP_NUM_THREADS": "1"}
+WORKER = Path(__file__).with_name("_federation_worker.py")
+
+
+POSTGRES = os.environ.get("OPTUNA_FEDBO_TEST_POSTGRES_URL")
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "sqlite",
+        "journal",
+        pytest.param(
+            "postgresql",
+            marks=pytest.mark.skipif(
+                not POSTGRES, reason="set OPTUNA_FEDBO_TEST_POSTGRES_URL to run against PostgreSQL"
+            ),
+        ),
+    ],
+)
+def test_a_spy_with_the_storage_url_reads_no_omega(kind: str, tmp_path: Path) -> None:
+    storage = {
+        "sqlite": f"sqlite:///{tmp_path / 'fed.db'}",
+        "journal": str(tmp_path / "f.log"),
+        "postgresql": POSTGRES,
+    }[kind]
+    name = f"spy-{uuid.uuid4().hex[:8]}"
+    Federation.create(
+        name,
+        search_space=SPACE,
+        n_clients=3,
+        storage=storage,
+        protocol=FTSConfig(n_features=12, n_init=2, n_subregions=2),
+        seed=1,
+    )
+    python = sys.executable
+    server = subprocess.Popen(
+        [python, "-m", "optuna_fedbo.federation.cli", "serve", "--storage", storage,
+         "--name", name, "--poll-interval", "0.02", "--timeout", "120", "--max-rounds", "5"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+    )  # fmt: skip
+    spy = subprocess.Popen(
+        [python, "-c", _SPY, storage, str(tmp_path / "done")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+    )  # fmt: skip
+    workers = [
+        subprocess.Popen(
+            [python, str(WORKER), storage, name, f"site-{i}", "6", str(i)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=ENV,
+        )  # fmt: skip
+        for i in range(3)
+    ]
+    try:
+        for worker in workers:
+            out, err = worker.communicate(timeout=180)
+            assert worker.returncode == 0, err[-3000:]
+        server.communicate(timeout=120)
+        (tmp_path / "done").touch()
+        out, err = spy.communicate(timeout=120)
+        assert spy.returncode == 0, err[-3000:]
+    finally:
+        for process in [*workers, server, spy]:
+            if process.poll() is None:
+                process.kill()
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["uploads"] > 0, report  # it saw the uploads go by ...
+    assert report["omega"] == 0, report  # ... and not one omega in them
