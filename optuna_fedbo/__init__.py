@@ -18,6 +18,7 @@ from optuna_fedbo.samplers import FedPNEPhaseTimeout
 from optuna_fedbo.samplers import FedPNESampler
 from optuna_fedbo.samplers import FedThompsonSampler
 from optuna_fedbo.samplers import LDPUCBSampler
+from optuna_fedbo.samplers import LocalGPSampler
 from optuna_fedbo.samplers import RFFThompsonSampler
 
 __version__ = "0.1.0"
@@ -32,6 +33,7 @@ __all__ = [
     "Federation",
     "LDPUCBSampler",
     "LaplaceMechanism",
+    "LocalGPSampler",
     "FederationServer",
     "ProtocolConfig",
     "RFFThompsonSampler",
