@@ -194,9 +194,7 @@ class LinearPosterior:
         deviation = scipy.linalg.solve_triangular(
             self.cholesky, normal, lower=True, trans="T", check_finite=False
         )
-        draws = self.scale(
-            self.scaled_mean[:, None] + math.sqrt(self.noise_variance) * deviation
-        )
+        draws = self.scale(self.scaled_mean[:, None] + math.sqrt(self.noise_variance) * deviation)
         return draws[:, 0] if size is None else draws.T
 
     def solve(self, features: np.ndarray) -> np.ndarray:

@@ -134,9 +134,7 @@ class RandomFourierFeatures:
         """Number of features ``M``."""
         return self.unit_frequencies.shape[1]
 
-    def with_lengthscale(
-        self, lengthscale: float | tuple[float, float]
-    ) -> RandomFourierFeatures:
+    def with_lengthscale(self, lengthscale: float | tuple[float, float]) -> RandomFourierFeatures:
         """The same random draws at another lengthscale."""
         return RandomFourierFeatures(self.n_dims, self.n_features, lengthscale, seed=self.seed)
 

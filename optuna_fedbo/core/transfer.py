@@ -1,4 +1,4 @@
-"""Transfer that cannot hurt much: a broadcast function as a prior-mean component of learned weight.
+"""Transfer that cannot hurt much: the broadcast as a prior-mean component of learned weight.
 
 A participant's own model is Bayesian linear regression on the shared features, and the
 federation's broadcast ``b`` defines a function ``g(x) = phi(x)^T b``. The participant models its
@@ -29,6 +29,49 @@ import scipy.linalg
 from optuna_fedbo.core.posterior import LinearPosterior
 
 
+def prior_weight(
+    local: LinearPosterior,
+    feature_prior: np.ndarray,
+    prior_square_sum: float,
+    prior_target: float,
+    *,
+    prior_mean: float = 1.0,
+    prior_variance: float = 1.0,
+) -> tuple[float, float, np.ndarray]:
+    """Posterior mean and variance of the weight ``c`` of a prior-mean function ``g``.
+
+    ``g`` enters through its values at the participant's own points, summarized as
+    ``Phi^T g``, ``g^T g`` and ``g^T y`` (``y``: the targets ``local`` was fitted to). With
+    ``K = Phi S^2 Phi^T + lambda I`` the local model's covariance of ``y``::
+
+        Var[c | y] = 1 / (1 / tau^2 + g^T K^{-1} g),
+        E[c | y] = Var[c | y] (c0 / tau^2 + g^T K^{-1} y),
+
+    where ``K^{-1}`` is applied in feature space (Woodbury).
+
+    Args:
+        local: The participant's own posterior.
+        feature_prior: ``Phi^T g`` of shape ``(M,)``.
+        prior_square_sum: ``g^T g``.
+        prior_target: ``g^T y``.
+        prior_mean: ``c0``.
+        prior_variance: ``tau^2`` (> 0).
+
+    Returns:
+        ``(mean, variance, A^{-1} S Phi^T g)``; the last term, in the local posterior's scaled
+        coordinates, is what conditioning ``omega`` on ``c`` subtracts per unit of ``c``.
+    """
+    if not prior_variance > 0:
+        raise ValueError(f"prior_variance must be positive, got {prior_variance}.")
+    lam = local.noise_variance
+    u = local.scale(np.asarray(feature_prior, dtype=float))
+    solved_u = scipy.linalg.cho_solve((local.cholesky, True), u, check_finite=False)
+    g_k_y = (float(prior_target) - float(u @ local.scaled_mean)) / lam
+    g_k_g = max((float(prior_square_sum) - float(u @ solved_u)) / lam, 0.0)
+    precision = 1.0 / prior_variance + g_k_g
+    return (prior_mean / prior_variance + g_k_y) / precision, 1.0 / precision, solved_u
+
+
 class TransferPosterior:
     """Posterior of ``(c, omega)`` in the model of the module docstring.
 
@@ -54,21 +97,22 @@ class TransferPosterior:
             raise ValueError(
                 f"Expected a broadcast of length {local.n_features}, got {broadcast.shape}."
             )
-        if not prior_variance > 0:
-            raise ValueError(f"prior_variance must be positive, got {prior_variance}.")
         self.local = local
         self.broadcast = broadcast
-        lam = local.noise_variance
         gram_b = gram @ broadcast
-        # In the scaled coordinates of the local posterior: u = S G b, A = S G S + lambda I.
-        u = local.scale(gram_b)
-        self._solved_u = scipy.linalg.cho_solve((local.cholesky, True), u, check_finite=False)
-        # g^T K^{-1} y and g^T K^{-1} g through Woodbury, K = Phi S^2 Phi^T + lambda I.
-        self._g_k_y = (float(broadcast @ local.feature_target) - float(u @ local.scaled_mean)) / lam
-        self._g_k_g = (float(broadcast @ gram_b) - float(u @ self._solved_u)) / lam
-        precision = 1.0 / prior_variance + self._g_k_g
-        self.weight_mean = (prior_mean / prior_variance + self._g_k_y) / precision
-        self.weight_variance = 1.0 / precision
+        # g = Phi b at the participant's points: Phi^T g = G b, g^T g = b^T G b,
+        # g^T y = b^T Phi^T y.
+        self.weight_mean, self.weight_variance, self._solved_u = prior_weight(
+            local,
+            gram_b,
+            float(broadcast @ gram_b),
+            float(broadcast @ local.feature_target),
+            prior_mean=prior_mean,
+            prior_variance=prior_variance,
+        )
+        precision = 1.0 / self.weight_variance
+        self._g_k_g = precision - 1.0 / prior_variance
+        self._g_k_y = (self.weight_mean * precision) - prior_mean / prior_variance
         self._prior_mean = float(prior_mean)
         self._prior_variance = float(prior_variance)
 
@@ -81,7 +125,7 @@ class TransferPosterior:
         return weight * self.broadcast + self.local.scale(scaled - weight * self._solved_u)
 
     def sample(self, rng: np.random.Generator) -> np.ndarray:
-        """A joint draw of ``(c, omega)``, returned as the vector ``c b + omega`` of shape ``(M,)``.
+        """A joint draw of ``(c, omega)``, returned as the vector ``c b + omega`` (shape ``(M,)``).
 
         ``phi(x)^T`` of it is a sample of the participant's function: maximize it for Thompson
         sampling.
