@@ -10,8 +10,6 @@ from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation import presets
 from optuna_fedbo.federation import ProtocolConfig
 from optuna_fedbo.federation import RoundReport
-from optuna_fedbo.federation import simulate
-from optuna_fedbo.federation import simulate_fedpne
 from optuna_fedbo.privacy import LaplaceMechanism
 from optuna_fedbo.privacy import privatize_objective
 from optuna_fedbo.samplers import FedPNEPhaseTimeout
@@ -20,6 +18,8 @@ from optuna_fedbo.samplers import FedThompsonSampler
 from optuna_fedbo.samplers import LDPUCBSampler
 from optuna_fedbo.samplers import LocalGPSampler
 from optuna_fedbo.samplers import RFFThompsonSampler
+from optuna_fedbo.simulation import simulate
+from optuna_fedbo.simulation import simulate_fedpne
 
 __version__ = "0.1.0"
 

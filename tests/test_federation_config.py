@@ -13,11 +13,11 @@ from optuna_fedbo.federation import presets
 from optuna_fedbo.federation._codec import decode_array
 from optuna_fedbo.federation._codec import encode_array
 from optuna_fedbo.federation.config import FederationConfig
-from optuna_fedbo.federation.config import FTSConfig
 from optuna_fedbo.federation.config import ProtocolConfig
-from optuna_fedbo.federation.schedules import local_probability
-from optuna_fedbo.federation.schedules import resolve_schedule
-from optuna_fedbo.federation.subregions import SubregionPartition
+from optuna_fedbo.federation.fts.config import FTSConfig
+from optuna_fedbo.federation.fts.schedules import local_probability
+from optuna_fedbo.federation.fts.schedules import resolve_schedule
+from optuna_fedbo.federation.fts.subregions import SubregionPartition
 from optuna_fedbo.search_space import SearchSpaceEncoder
 
 SPACE = {

@@ -19,7 +19,7 @@ from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation import simulate
-from optuna_fedbo.federation.messages import parse_broadcast
+from optuna_fedbo.federation.fts.messages import parse_broadcast
 from optuna_fedbo.samplers._fed_thompson import FedThompsonSampler
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -168,7 +168,7 @@ def test_uploads_are_oriented_and_standardized() -> None:
 
         study.optimize(objective, n_trials=12)
         raw = fed.store.read_uploads(0)["c0"]
-        from optuna_fedbo.federation.messages import parse_upload
+        from optuna_fedbo.federation.fts.messages import parse_upload
 
         upload = parse_upload(
             raw, client_id="c0", round_index=0, config_hash=fed.config_hash, n_features=50
@@ -213,7 +213,7 @@ def test_failed_pruned_and_nan_trials_are_not_modelled_but_still_upload() -> Non
 
     study.optimize(objective, n_trials=6, catch=(ValueError,))
     raw = fed.store.read_uploads(0)["c0"]
-    from optuna_fedbo.federation.messages import parse_upload
+    from optuna_fedbo.federation.fts.messages import parse_upload
 
     upload = parse_upload(
         raw, client_id="c0", round_index=0, config_hash=fed.config_hash, n_features=50

@@ -20,7 +20,7 @@ from optuna_fedbo.federation import presets
 from optuna_fedbo.federation._codec import canonical_json
 from optuna_fedbo.federation._codec import encode_array
 from optuna_fedbo.federation.cli import main as cli_main
-from optuna_fedbo.federation.messages import encode_upload
+from optuna_fedbo.federation.fts.messages import encode_upload
 
 SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(-5.0, 5.0)}
 M = 8

@@ -26,9 +26,9 @@ from optuna_fedbo.federation import FedPNEServer
 from optuna_fedbo.federation import ProtocolConfig
 from optuna_fedbo.federation.cli import main as cli_main
 from optuna_fedbo.federation.config import FederationConfig
-from optuna_fedbo.federation.fedpne import NodeSpace
-from optuna_fedbo.federation.fedpne_channel import FedPNEChannel
-from optuna_fedbo.federation.fedpne_messages import encode_means_upload
+from optuna_fedbo.federation.fedpne.channel import FedPNEChannel
+from optuna_fedbo.federation.fedpne.config import NodeSpace
+from optuna_fedbo.federation.fedpne.messages import encode_means_upload
 from optuna_fedbo.search_space import SearchSpaceEncoder
 
 SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(-5.0, 5.0)}

@@ -91,8 +91,8 @@ def _run_federation(storage: str, tmp_path: Path) -> None:
 
     from optuna_fedbo.federation import Federation
     from optuna_fedbo.federation import FedPNEConfig
-    from optuna_fedbo.federation.fedpne_channel import FedPNEChannel
-    from optuna_fedbo.federation.fedpne_messages import parse_phase_broadcast
+    from optuna_fedbo.federation.fedpne.channel import FedPNEChannel
+    from optuna_fedbo.federation.fedpne.messages import parse_phase_broadcast
 
     name = f"pne-mp-{uuid.uuid4().hex[:8]}"
     Federation.create(

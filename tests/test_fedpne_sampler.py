@@ -28,7 +28,7 @@ from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FedPNEConfig
 from optuna_fedbo.federation import simulate
 from optuna_fedbo.federation import simulate_fedpne
-from optuna_fedbo.federation.fedpne_channel import FedPNEChannel
+from optuna_fedbo.federation.fedpne.channel import FedPNEChannel
 from optuna_fedbo.samplers._fed_pne import FedPNEPhaseTimeout
 from optuna_fedbo.samplers._fed_pne import FedPNESampler
 from optuna_fedbo.samplers._fed_pne import REWARD_ATTR

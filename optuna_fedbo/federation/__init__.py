@@ -1,36 +1,64 @@
-"""The federation protocol over an Optuna storage: configuration, state, server, simulation."""
+"""The federation over an Optuna storage: the machinery every protocol shares (configuration,
+store, ledger, uploads, polling, server, CLI) and one package per protocol (:mod:`.fts`,
+:mod:`.fedpne`), registered in :mod:`.protocol`.
+
+The simulation drivers (``simulate``, ``simulate_fedpne``) build participants' samplers, so they
+live above the samplers in :mod:`optuna_fedbo.simulation`; they are re-exported here lazily.
+"""
 
 from __future__ import annotations
 
-from optuna_fedbo.federation import presets
+from typing import Any
+
 from optuna_fedbo.federation.config import FederationConfig
-from optuna_fedbo.federation.config import FTSConfig
 from optuna_fedbo.federation.config import ProtocolConfig
 from optuna_fedbo.federation.dp_config import DPConfig
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.federation import FederationStatus
 from optuna_fedbo.federation.federation import Participant
 from optuna_fedbo.federation.fedpne import FedPNEConfig
-from optuna_fedbo.federation.fedpne_channel import FedPNEStatus
-from optuna_fedbo.federation.fedpne_server import FedPNEServer
-from optuna_fedbo.federation.fedpne_server import PhaseRoundReport
-from optuna_fedbo.federation.fedpne_simulate import FedPNESimulationResult
-from optuna_fedbo.federation.fedpne_simulate import simulate_fedpne
+from optuna_fedbo.federation.fedpne import FedPNEServer
+from optuna_fedbo.federation.fedpne import FedPNEStatus
+from optuna_fedbo.federation.fedpne import PhaseRoundReport
+from optuna_fedbo.federation.fts import Broadcast
+from optuna_fedbo.federation.fts import FTSConfig
+from optuna_fedbo.federation.fts import FTSServer
+from optuna_fedbo.federation.fts import presets
 from optuna_fedbo.federation.ledger import LedgerEntry
 from optuna_fedbo.federation.ledger import PrivacyLedger
-from optuna_fedbo.federation.messages import Broadcast
+from optuna_fedbo.federation.protocol import get_protocol
+from optuna_fedbo.federation.protocol import Protocol
+from optuna_fedbo.federation.protocol import register_protocol
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
-from optuna_fedbo.federation.simulate import simulate
-from optuna_fedbo.federation.simulate import SimulationResult
 from optuna_fedbo.federation.store import FederationNotFoundError
 from optuna_fedbo.federation.store import resolve_storage
 from optuna_fedbo.federation.store import ServerSupersededError
+
+#: Names re-exported from the simulation entry points, imported on first access.
+_LAZY = {
+    "simulate": "optuna_fedbo.simulation.fts",
+    "SimulationResult": "optuna_fedbo.simulation.fts",
+    "simulate_fedpne": "optuna_fedbo.simulation.fedpne",
+    "FedPNESimulationResult": "optuna_fedbo.simulation.fedpne",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Broadcast",
     "DPConfig",
     "FTSConfig",
+    "FTSServer",
     "FedPNEConfig",
     "FedPNEServer",
     "FedPNESimulationResult",
@@ -44,11 +72,14 @@ __all__ = [
     "Participant",
     "PhaseRoundReport",
     "PrivacyLedger",
+    "Protocol",
     "ProtocolConfig",
     "RoundReport",
     "ServerSupersededError",
     "SimulationResult",
+    "get_protocol",
     "presets",
+    "register_protocol",
     "resolve_storage",
     "simulate",
     "simulate_fedpne",

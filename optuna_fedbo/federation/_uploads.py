@@ -11,9 +11,12 @@ from typing import TypeVar
 
 import optuna
 
-from optuna_fedbo.federation.messages import UploadRejected
-
 _logger = optuna.logging.get_logger(__name__)
+
+
+class UploadRejected(ValueError):
+    """An upload the server must not aggregate or use; the message says why."""
+
 
 Parsed = TypeVar("Parsed")
 

@@ -27,12 +27,12 @@ import time
 import optuna
 from optuna.distributions import json_to_distribution
 
-from optuna_fedbo.federation.config import FTSConfig
 from optuna_fedbo.federation.config import ProtocolConfig
 from optuna_fedbo.federation.dp_config import DPConfig
 from optuna_fedbo.federation.federation import Federation
-from optuna_fedbo.federation.presets import PRESETS
-from optuna_fedbo.federation.presets import PRIVACY_PRESETS
+from optuna_fedbo.federation.fts.config import FTSConfig
+from optuna_fedbo.federation.fts.presets import PRESETS
+from optuna_fedbo.federation.fts.presets import PRIVACY_PRESETS
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
 from optuna_fedbo.federation.store import ServerSupersededError
@@ -218,13 +218,11 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     federation = Federation.load(args.name, args.storage)
-    if federation.protocol.kind == "fedpne":
-        from optuna_fedbo.federation.fedpne_channel import FedPNEChannel
-
-        fedpne_status = FedPNEChannel(federation).status()
-        print(
-            json.dumps(fedpne_status.to_dict(), indent=2) if args.json else fedpne_status.format()
-        )
+    protocol_status = getattr(federation.channel, "status", None)
+    if protocol_status is not None:
+        # A protocol with its own status (Fed-PNE: phases, best node, its privacy guarantee).
+        report = protocol_status()
+        print(json.dumps(report.to_dict(), indent=2) if args.json else report.format())
         return 0
     status = federation.status()
     entries = federation.ledger_entries() if args.ledger else []

@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import optuna
@@ -17,22 +18,24 @@ from optuna.distributions import BaseDistribution
 from optuna.exceptions import DuplicatedStudyError
 from optuna.storages import BaseStorage
 
-from optuna_fedbo.core.rff import RandomFourierFeatures
 from optuna_fedbo.federation.config import FederationConfig
-from optuna_fedbo.federation.config import FTSConfig
 from optuna_fedbo.federation.config import ProtocolConfig
 from optuna_fedbo.federation.dp_config import DPConfig
 from optuna_fedbo.federation.ledger import LedgerEntry
 from optuna_fedbo.federation.ledger import PrivacyLedger
-from optuna_fedbo.federation.messages import Broadcast
-from optuna_fedbo.federation.messages import encode_upload
-from optuna_fedbo.federation.messages import parse_broadcast
+from optuna_fedbo.federation.protocol import DEFAULT_PROTOCOL
+from optuna_fedbo.federation.protocol import get_protocol
 from optuna_fedbo.federation.store import check_client_id
 from optuna_fedbo.federation.store import FederationNotFoundError
 from optuna_fedbo.federation.store import FederationStore
 from optuna_fedbo.federation.store import resolve_storage
-from optuna_fedbo.federation.subregions import SubregionPartition
 from optuna_fedbo.search_space import SearchSpaceEncoder
+
+if TYPE_CHECKING:
+    from optuna_fedbo.core.rff import RandomFourierFeatures
+    from optuna_fedbo.federation.fts.config import FTSConfig
+    from optuna_fedbo.federation.fts.messages import Broadcast
+    from optuna_fedbo.federation.fts.subregions import SubregionPartition
 
 _logger = optuna.logging.get_logger(__name__)
 
@@ -48,16 +51,7 @@ def _check_privacy(
             f"privacy must be None or a DPConfig, got {privacy!r} (the DP-Fed-PNE reward "
             "privacy is configured in FedPNEConfig)."
         )
-    if not isinstance(protocol, FTSConfig):
-        raise ValueError(
-            f"DPConfig privatizes the FTS server's aggregation; protocol {protocol.kind!r} "
-            "is not FTS."
-        )
-    if protocol.aggregation != "weighted":
-        raise ValueError(
-            "DPConfig needs aggregation='weighted' (DP-FTS / DP-FTS-DE): the original FTS "
-            "relays every agent's vector, which no amount of noise on an aggregate protects."
-        )
+    protocol.check_privacy(privacy)
     return privacy.resolve(n_clients).to_dict()
 
 
@@ -183,10 +177,7 @@ class Federation:
         self._hash = config_hash
         self._encoder = SearchSpaceEncoder(config.search_space)
         self._lock = threading.Lock()
-        self._features: RandomFourierFeatures | None = None
-        self._partition: SubregionPartition | None = None
-        self._broadcast: Broadcast | None = None
-        self._broadcast_trial: int | None = None
+        self._channel: Any = None
         self._indices: dict[str, int] = {}
         self._privacy = None if config.privacy is None else DPConfig.from_dict(config.privacy)
         self._ledger: PrivacyLedger | None = None
@@ -226,7 +217,7 @@ class Federation:
             ValueError: On invalid arguments, or if the federation exists (with another
                 configuration, or ``load_if_exists`` false).
         """
-        protocol = FTSConfig() if protocol is None else protocol
+        protocol = get_protocol(DEFAULT_PROTOCOL).config() if protocol is None else protocol
         config = FederationConfig(
             name=name,
             search_space=search_space,
@@ -384,38 +375,41 @@ class Federation:
     @property
     def fts(self) -> FTSConfig:
         """The protocol configuration, which must be an :class:`FTSConfig`."""
-        if not isinstance(self._config.protocol, FTSConfig):
+        if self._config.protocol.kind != "fts":
             raise ValueError(
                 f"Federation {self.name!r} runs protocol {self._config.protocol.kind!r}, not FTS."
             )
-        return self._config.protocol
+        return self._config.protocol  # type: ignore[return-value]
+
+    @property
+    def channel(self) -> Any:
+        """The participants' side of the federation's protocol (built once, through the
+        protocol registry): e.g. :class:`~optuna_fedbo.federation.fts.channel.FTSChannel`."""
+        with self._lock:
+            if self._channel is None:
+                self._channel = get_protocol(self.protocol.kind).channel(self)
+            return self._channel
+
+    # The FTS family's participant operations (see FTSChannel), kept on the handle.
+    def _fts_channel(self) -> Any:
+        self.fts  # noqa: B018 (raises ValueError for another protocol)
+        return self.channel
 
     def features(self) -> RandomFourierFeatures:
         """The shared random features ``phi`` (identical for everyone: public seed)."""
-        with self._lock:
-            if self._features is None:
-                fts = self.fts
-                self._features = RandomFourierFeatures(
-                    self._encoder.n_columns, fts.n_features, fts.lengthscale, seed=self.seed
-                )
-            return self._features
+        return self._fts_channel().features()
 
     def partition(self) -> SubregionPartition:
         """The ``P`` equal-volume sub-regions of the encoded search space."""
-        with self._lock:
-            if self._partition is None:
-                self._partition = SubregionPartition(self._encoder.encoding, self.fts.n_subregions)
-            return self._partition
+        return self._fts_channel().partition()
 
     def subregion_of(self, index: int) -> int:
         """The sub-region assigned to participant ``index`` (round robin, as the authors do)."""
-        if not 0 <= index < self.n_clients:
-            raise ValueError(f"Participant index {index} is outside [0, {self.n_clients}).")
-        return index % self.fts.n_subregions
+        return self._fts_channel().subregion_of(index)
 
     def assignment(self) -> np.ndarray:
         """The sub-region of every participant index, shape ``(N,)``."""
-        return np.arange(self.n_clients) % self.fts.n_subregions
+        return self._fts_channel().assignment()
 
     # --------------------------------------------------------------------- participants
     def participants(self) -> list[str]:
@@ -451,7 +445,8 @@ class Federation:
             if client_id not in roster[: self.n_clients]:
                 raise ValueError(self._full_message(client_id))
         index = roster.index(client_id)
-        subregion = self.subregion_of(index) if isinstance(self.protocol, FTSConfig) else 0
+        subregion_of = getattr(self.channel, "subregion_of", None)
+        subregion = 0 if subregion_of is None else subregion_of(index)
         return Participant(client_id=client_id, index=index, subregion=subregion)
 
     def _full_message(self, client_id: str) -> str:
@@ -467,41 +462,15 @@ class Federation:
         return 0 if latest is None else int(latest["round"]) + 1
 
     def latest_broadcast(self) -> Broadcast | None:
-        """The newest published broadcast, or ``None`` before the first one."""
-        latest = self._store.latest()
-        if latest is None:
-            return None
-        trial_id = int(latest["trial_id"])
-        with self._lock:
-            if self._broadcast_trial == trial_id:
-                return self._broadcast
-        round_index, payload = self._store.read_broadcast(trial_id)
-        broadcast = parse_broadcast(payload)
-        if broadcast.round != round_index or broadcast.config_hash != self._hash:
-            raise ValueError(f"Broadcast trial {trial_id} does not belong to this federation.")
-        with self._lock:
-            self._broadcast, self._broadcast_trial = broadcast, trial_id
-        return broadcast
+        """FTS: the newest published broadcast, or ``None`` before the first one."""
+        return self._fts_channel().latest_broadcast()
 
     def wait_for_round(
         self, round_index: int, timeout: float | None = None, poll_interval: float = 0.05
     ) -> Broadcast | None:
-        """Block until round ``round_index`` (or a later one) is published.
-
-        Returns:
-            The newest broadcast, or ``None`` if the timeout expired first or the privacy
-            budget ran out before that round (see :meth:`budget_exhausted`).
-        """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            latest = self._store.latest()
-            if latest is not None and int(latest["round"]) >= round_index:
-                return self.latest_broadcast()
-            if self.budget_exhausted() is not None:
-                return None
-            if deadline is not None and time.monotonic() >= deadline:
-                return None
-            time.sleep(poll_interval)
+        """FTS: block until round ``round_index`` (or a later one) is published; see
+        :meth:`~optuna_fedbo.federation.fts.channel.FTSChannel.wait_for_round`."""
+        return self._fts_channel().wait_for_round(round_index, timeout, poll_interval)
 
     def upload(
         self,
@@ -511,54 +480,11 @@ class Federation:
         n_observations: int,
         iteration: int,
     ) -> int:
-        """Send a participant's vector to the open round.
-
-        A second upload by the same participant in the same round replaces the first.
-
-        Args:
-            client_id: The participant (must have joined).
-            omega: The vector, shape ``(M,)``, finite.
-            n_observations: Number of observations behind it.
-            iteration: The participant's BO iteration (``<= 0`` during the initial design).
-
-        Returns:
-            The round the vector was sent to.
-
-        Raises:
-            ValueError: For a vector of the wrong shape or with NaN/inf, an unknown client, or
-                a federation whose privacy budget is exhausted (nothing will be published).
-        """
-        if self.budget_exhausted() is not None:
-            raise ValueError(
-                f"The privacy budget of federation {self.name!r} is exhausted: no round will be "
-                "published any more, so nothing is uploaded."
-            )
-        omega = np.asarray(omega, dtype=float)
-        n_features = self.fts.n_features
-        if omega.shape != (n_features,):
-            raise ValueError(f"omega must have shape ({n_features},), got {omega.shape}.")
-        if not np.all(np.isfinite(omega)):
-            raise ValueError("omega contains NaN or infinity; it is not uploaded.")
-        if self.index_of(client_id) is None:
-            raise ValueError(f"{client_id!r} has not joined federation {self.name!r}.")
-        for attempt in range(2):
-            round_index = self.open_round()
-            payload = encode_upload(
-                config_hash=self._hash,
-                round_index=round_index,
-                client_id=client_id,
-                omega=omega,
-                n_observations=n_observations,
-                iteration=iteration,
-            )
-            try:
-                self._store.write_upload(round_index, client_id, payload)
-                return round_index
-            except KeyError:
-                # The round closed between reading the pointer and writing: use the next one.
-                if attempt == 1:
-                    raise
-        raise AssertionError("unreachable")
+        """FTS: send a participant's vector to the open round; see
+        :meth:`~optuna_fedbo.federation.fts.channel.FTSChannel.upload`."""
+        return self._fts_channel().upload(
+            client_id, omega, n_observations=n_observations, iteration=iteration
+        )
 
     # ------------------------------------------------------------------------ status
     def status(self) -> FederationStatus:
@@ -622,12 +548,11 @@ class Federation:
 
         Without differential privacy nothing is protected: every mechanism is
         ``(inf, 0)``-DP, which is what is returned. For DP-Fed-PNE see
-        :func:`optuna_fedbo.federation.fedpne_channel.privacy_spent`.
+        :meth:`optuna_fedbo.federation.fedpne.channel.FedPNEChannel.privacy_spent`.
         """
-        if self.protocol.kind == "fedpne":
-            from optuna_fedbo.federation.fedpne_channel import privacy_spent
-
-            return privacy_spent(self)
+        spent = getattr(self.channel, "privacy_spent", None)
+        if spent is not None:
+            return spent()
         if self._privacy is not None:
             return self.privacy_ledger().spent()
         return (math.inf, 0.0)

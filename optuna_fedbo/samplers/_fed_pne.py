@@ -21,8 +21,8 @@ from optuna_fedbo.core.fedpne import FederatedDPGuarantee
 from optuna_fedbo.core.fedpne import local_node_means
 from optuna_fedbo.core.fedpne import Phase
 from optuna_fedbo.federation.federation import Federation
-from optuna_fedbo.federation.fedpne_channel import FedPNEChannel
-from optuna_fedbo.federation.fedpne_channel import FedPNEStatus
+from optuna_fedbo.federation.fedpne.channel import FedPNEChannel
+from optuna_fedbo.federation.fedpne.channel import FedPNEStatus
 from optuna_fedbo.samplers._common import check_single_objective
 from optuna_fedbo.samplers._common import sample_independently
 

@@ -24,10 +24,10 @@ from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.federation._codec import vector_digest
 from optuna_fedbo.federation.federation import Federation
-from optuna_fedbo.federation.messages import Broadcast
-from optuna_fedbo.federation.schedules import local_probability
-from optuna_fedbo.federation.schedules import resolve_schedule
-from optuna_fedbo.federation.schedules import Schedule
+from optuna_fedbo.federation.fts.messages import Broadcast
+from optuna_fedbo.federation.fts.schedules import local_probability
+from optuna_fedbo.federation.fts.schedules import resolve_schedule
+from optuna_fedbo.federation.fts.schedules import Schedule
 from optuna_fedbo.samplers._common import check_single_objective
 from optuna_fedbo.samplers._common import sample_independently
 from optuna_fedbo.samplers._observations import TrialObservations
@@ -76,7 +76,7 @@ class FedThompsonSampler(BaseSampler):
         federation: The federation to take part in (FTS protocol).
         client_id: This participant's id; it joins the federation on construction.
         schedule: ``p_t`` schedule: a name of
-            :data:`~optuna_fedbo.federation.schedules.SCHEDULES` or a callable ``t -> p_t``;
+            :data:`~optuna_fedbo.federation.fts.schedules.SCHEDULES` or a callable ``t -> p_t``;
             ``None`` uses the federation's default.
         local_sampler: Optional Optuna sampler for the local steps (instead of local TS on the
             shared features). The uploads are drawn from the RFF posterior in both cases.

@@ -17,13 +17,10 @@ import numpy as np
 from optuna_fedbo.federation._codec import canonical_json
 from optuna_fedbo.federation._codec import decode_array
 from optuna_fedbo.federation._codec import encode_array
+from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.store import loads_object
 
 MESSAGE_FORMAT = 1
-
-
-class UploadRejected(ValueError):
-    """An upload the server must not aggregate; the message says why."""
 
 
 @dataclass(frozen=True)

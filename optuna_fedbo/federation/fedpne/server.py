@@ -1,7 +1,7 @@
 """The Fed-PNE server: closes phases, eliminates, expands and publishes the next phase.
 
 ``FederationServer(federation)`` returns a :class:`FedPNEServer` when the federation's protocol
-is a :class:`~optuna_fedbo.federation.fedpne.FedPNEConfig`. One round ``r`` is one phase
+is a :class:`~optuna_fedbo.federation.fedpne.config.FedPNEConfig`. One round ``r`` is one phase
 ``p = r + 1`` of Algorithm 2 (Algorithm 4 under DP; the server side is the same):
 
 1. *collect*: read the open round's raw uploads (node means; the server is their only reader),
@@ -56,9 +56,9 @@ from optuna_fedbo.federation._codec import canonical_json
 from optuna_fedbo.federation._polling import poll_rounds
 from optuna_fedbo.federation._uploads import UploadCollector
 from optuna_fedbo.federation.federation import Federation
-from optuna_fedbo.federation.fedpne_channel import FedPNEChannel
-from optuna_fedbo.federation.fedpne_messages import encode_phase_broadcast
-from optuna_fedbo.federation.fedpne_messages import parse_means_upload
+from optuna_fedbo.federation.fedpne.channel import FedPNEChannel
+from optuna_fedbo.federation.fedpne.messages import encode_phase_broadcast
+from optuna_fedbo.federation.fedpne.messages import parse_means_upload
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
 from optuna_fedbo.federation.store import FederationStore
@@ -163,24 +163,19 @@ class FedPNEServer(FederationServer):
         discard_uploads: bool = True,
         heartbeat_interval: float = 5.0,
     ) -> None:
-        if round_timeout is not None and not round_timeout >= 0:
-            raise ValueError(f"round_timeout must be None or >= 0, got {round_timeout}.")
-        if min_uploads < 1:
-            raise ValueError(f"min_uploads must be at least 1, got {min_uploads}.")
-        self.federation = federation
-        self.channel = FedPNEChannel(federation)
-        self._store = federation.store
+        channel = FedPNEChannel(federation)
+        self._start(
+            federation,
+            round_timeout=round_timeout,
+            min_uploads=min_uploads,
+            discard_uploads=discard_uploads,
+            heartbeat_interval=heartbeat_interval,
+        )
+        self.channel = channel
         self._states = ServerStateStore(federation.store)
-        self._round_timeout = round_timeout
-        self._min_uploads = min_uploads
-        self._discard = discard_uploads
-        self._heartbeat_interval = heartbeat_interval
-        self._lock = threading.RLock()
         self._uploads: UploadCollector[dict[str, float]] = UploadCollector(
             lambda client_id: federation.index_of(client_id) is not None
         )
-        self._epoch = self._store.claim_server_epoch()
-        self._last_heartbeat = float("-inf")
         self._open = 0
         self._state: dict[str, Any] = {}
         self._pending: _Pending | None = None

@@ -18,11 +18,13 @@ from optuna.storages import BaseStorage
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
-from optuna_fedbo.federation.config import FTSConfig
 from optuna_fedbo.federation.config import ProtocolConfig
 from optuna_fedbo.federation.federation import Federation
+from optuna_fedbo.federation.fts.config import FTSConfig
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
+from optuna_fedbo.samplers._fed_thompson import FedThompsonSampler
+from optuna_fedbo.simulation.fedpne import simulate_fedpne
 
 _logger = optuna.logging.get_logger(__name__)
 
@@ -166,8 +168,8 @@ def simulate(
         quiet: Silence Optuna's per-trial log lines during the run.
         as_table: Return :meth:`SimulationResult.table` instead of the result object.
 
-    With a :class:`~optuna_fedbo.federation.fedpne.FedPNEConfig` protocol this runs
-    :func:`~optuna_fedbo.federation.fedpne_simulate.simulate_fedpne`: a round is a Fed-PNE
+    With a :class:`~optuna_fedbo.federation.fedpne.config.FedPNEConfig` protocol this runs
+    :func:`~optuna_fedbo.simulation.fedpne.simulate_fedpne`: a round is a Fed-PNE
     phase, ``n_rounds`` bounds the phases the server closes (the run also ends at the horizon),
     and the result is a :class:`~optuna_fedbo.federation.FedPNESimulationResult`.
 
@@ -184,8 +186,6 @@ def simulate(
         raise ValueError("Pass either sampler_factory or sampler_kwargs, not both.")
     if protocol is not None and protocol.kind == "fedpne":
         # Fed-PNE's rounds are its phases: see simulate_fedpne (n_rounds = closed phases).
-        from optuna_fedbo.federation.fedpne_simulate import simulate_fedpne
-
         if privacy is not None or sampler_factory is not None:
             raise ValueError(
                 "Fed-PNE takes its privacy from FedPNEConfig(dp_epsilon=..., dp_delta=...) and "
@@ -243,8 +243,6 @@ def _run(
     progress: bool,
     as_table: bool,
 ) -> SimulationResult | list[dict[str, Any]]:
-    from optuna_fedbo.samplers._fed_thompson import FedThompsonSampler
-
     n_clients = len(objectives)
     federation = Federation.create(
         name or f"simulation-{uuid.uuid4().hex[:12]}",

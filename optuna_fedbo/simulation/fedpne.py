@@ -18,10 +18,11 @@ from optuna.trial import TrialState
 
 from optuna_fedbo.core.fedpne import Phase
 from optuna_fedbo.federation.federation import Federation
-from optuna_fedbo.federation.fedpne import FedPNEConfig
-from optuna_fedbo.federation.fedpne_server import FedPNEServer
-from optuna_fedbo.federation.fedpne_server import PhaseRoundReport
+from optuna_fedbo.federation.fedpne.config import FedPNEConfig
+from optuna_fedbo.federation.fedpne.server import FedPNEServer
+from optuna_fedbo.federation.fedpne.server import PhaseRoundReport
 from optuna_fedbo.federation.server import FederationServer
+from optuna_fedbo.samplers._fed_pne import FedPNESampler
 
 _logger = optuna.logging.get_logger(__name__)
 
@@ -161,8 +162,6 @@ def simulate_fedpne(
     Returns:
         The studies, the server's reports and the phases.
     """
-    from optuna_fedbo.samplers._fed_pne import FedPNESampler
-
     if len(objectives) == 0:
         raise ValueError("simulate_fedpne needs at least one objective.")
     if not isinstance(protocol, FedPNEConfig):

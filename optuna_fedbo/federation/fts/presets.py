@@ -17,8 +17,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from optuna_fedbo.federation.config import FTSConfig
 from optuna_fedbo.federation.dp_config import DPConfig
+from optuna_fedbo.federation.fts.config import FTSConfig
 
 
 def fts(**overrides: Any) -> FTSConfig:

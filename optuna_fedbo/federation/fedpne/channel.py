@@ -23,11 +23,11 @@ from optuna_fedbo.core.fedpne import Partition
 from optuna_fedbo.core.fedpne import Phase
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.federation import format_server
-from optuna_fedbo.federation.fedpne import FedPNEConfig
-from optuna_fedbo.federation.fedpne import NodeSpace
-from optuna_fedbo.federation.fedpne_messages import encode_means_upload
-from optuna_fedbo.federation.fedpne_messages import parse_phase_broadcast
-from optuna_fedbo.federation.fedpne_messages import PhaseBroadcast
+from optuna_fedbo.federation.fedpne.config import FedPNEConfig
+from optuna_fedbo.federation.fedpne.config import NodeSpace
+from optuna_fedbo.federation.fedpne.messages import encode_means_upload
+from optuna_fedbo.federation.fedpne.messages import parse_phase_broadcast
+from optuna_fedbo.federation.fedpne.messages import PhaseBroadcast
 from optuna_fedbo.federation.store import UPLOAD_PREFIX
 
 _logger = optuna.logging.get_logger(__name__)
@@ -277,6 +277,10 @@ class FedPNEChannel:
             # The round was closed and discarded between reading the pointer and writing.
             return False
         return True
+
+    def privacy_spent(self) -> tuple[float, float]:
+        """``(epsilon, delta)`` spent so far: see :func:`privacy_spent`."""
+        return privacy_spent(self.federation)
 
     # ------------------------------------------------------------------------ status
     def status(self) -> FedPNEStatus:

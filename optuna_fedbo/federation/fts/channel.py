@@ -1,0 +1,173 @@
+"""A participant's access to an FTS-family federation: shared features, sub-regions, broadcasts,
+uploads.
+
+Everything here reads what every participant may read (the configuration, the broadcasts) and
+writes only the participant's own upload key of the open round. ``Federation.features()``,
+``latest_broadcast()``, ``upload()`` ... delegate here.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from optuna_fedbo.core.rff import RandomFourierFeatures
+from optuna_fedbo.federation.federation import Federation
+from optuna_fedbo.federation.fts.config import FTSConfig
+from optuna_fedbo.federation.fts.messages import Broadcast
+from optuna_fedbo.federation.fts.messages import encode_upload
+from optuna_fedbo.federation.fts.messages import parse_broadcast
+from optuna_fedbo.federation.fts.subregions import SubregionPartition
+
+
+class FTSChannel:
+    """The participant side of an FTS-family federation (thread-safe, cached per federation).
+
+    Args:
+        federation: A federation whose protocol is an :class:`FTSConfig`.
+
+    Raises:
+        ValueError: If the protocol is not FTS.
+    """
+
+    def __init__(self, federation: Federation) -> None:
+        self.federation = federation
+        self.config: FTSConfig = federation.fts
+        self._lock = threading.Lock()
+        self._features: RandomFourierFeatures | None = None
+        self._partition: SubregionPartition | None = None
+        self._broadcast: Broadcast | None = None
+        self._broadcast_trial: int | None = None
+
+    def features(self) -> RandomFourierFeatures:
+        """The shared random features ``phi`` (identical for everyone: public seed)."""
+        with self._lock:
+            if self._features is None:
+                fts = self.config
+                self._features = RandomFourierFeatures(
+                    self.federation.encoder.n_columns,
+                    fts.n_features,
+                    fts.lengthscale,
+                    seed=self.federation.seed,
+                )
+            return self._features
+
+    def partition(self) -> SubregionPartition:
+        """The ``P`` equal-volume sub-regions of the encoded search space."""
+        with self._lock:
+            if self._partition is None:
+                self._partition = SubregionPartition(
+                    self.federation.encoder.encoding, self.config.n_subregions
+                )
+            return self._partition
+
+    def subregion_of(self, index: int) -> int:
+        """The sub-region assigned to participant ``index`` (round robin, as the authors do)."""
+        if not 0 <= index < self.federation.n_clients:
+            raise ValueError(
+                f"Participant index {index} is outside [0, {self.federation.n_clients})."
+            )
+        return index % self.config.n_subregions
+
+    def assignment(self) -> np.ndarray:
+        """The sub-region of every participant index, shape ``(N,)``."""
+        return np.arange(self.federation.n_clients) % self.config.n_subregions
+
+    def latest_broadcast(self) -> Broadcast | None:
+        """The newest published broadcast, or ``None`` before the first one."""
+        latest = self.federation.store.latest()
+        if latest is None:
+            return None
+        trial_id = int(latest["trial_id"])
+        with self._lock:
+            if self._broadcast_trial == trial_id:
+                return self._broadcast
+        round_index, payload = self.federation.store.read_broadcast(trial_id)
+        broadcast = parse_broadcast(payload)
+        if broadcast.round != round_index or broadcast.config_hash != self.federation.config_hash:
+            raise ValueError(f"Broadcast trial {trial_id} does not belong to this federation.")
+        with self._lock:
+            self._broadcast, self._broadcast_trial = broadcast, trial_id
+        return broadcast
+
+    def wait_for_round(
+        self, round_index: int, timeout: float | None = None, poll_interval: float = 0.05
+    ) -> Broadcast | None:
+        """Block until round ``round_index`` (or a later one) is published.
+
+        Returns:
+            The newest broadcast, or ``None`` if the timeout expired first or the privacy
+            budget ran out before that round (see :meth:`budget_exhausted`).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            latest = self.federation.store.latest()
+            if latest is not None and int(latest["round"]) >= round_index:
+                return self.latest_broadcast()
+            if self.federation.budget_exhausted() is not None:
+                return None
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            time.sleep(poll_interval)
+
+    def upload(
+        self,
+        client_id: str,
+        omega: np.ndarray,
+        *,
+        n_observations: int,
+        iteration: int,
+    ) -> int:
+        """Send a participant's vector to the open round.
+
+        A second upload by the same participant in the same round replaces the first.
+
+        Args:
+            client_id: The participant (must have joined).
+            omega: The vector, shape ``(M,)``, finite.
+            n_observations: Number of observations behind it.
+            iteration: The participant's BO iteration (``<= 0`` during the initial design).
+
+        Returns:
+            The round the vector was sent to.
+
+        Raises:
+            ValueError: For a vector of the wrong shape or with NaN/inf, an unknown client, or
+                a federation whose privacy budget is exhausted (nothing will be published).
+        """
+        if self.federation.budget_exhausted() is not None:
+            raise ValueError(
+                f"The privacy budget of federation {self.federation.name!r} is exhausted: no "
+                "round will be published any more, so nothing is uploaded."
+            )
+        omega = np.asarray(omega, dtype=float)
+        n_features = self.config.n_features
+        if omega.shape != (n_features,):
+            raise ValueError(f"omega must have shape ({n_features},), got {omega.shape}.")
+        if not np.all(np.isfinite(omega)):
+            raise ValueError("omega contains NaN or infinity; it is not uploaded.")
+        if self.federation.index_of(client_id) is None:
+            raise ValueError(f"{client_id!r} has not joined federation {self.federation.name!r}.")
+        for attempt in range(2):
+            round_index = self.federation.open_round()
+            payload = encode_upload(
+                config_hash=self.federation.config_hash,
+                round_index=round_index,
+                client_id=client_id,
+                omega=omega,
+                n_observations=n_observations,
+                iteration=iteration,
+            )
+            try:
+                self.federation.store.write_upload(round_index, client_id, payload)
+                return round_index
+            except KeyError:
+                # The round closed between reading the pointer and writing: use the next one.
+                if attempt == 1:
+                    raise
+        raise AssertionError("unreachable")
+
+
+__all__ = ["FTSChannel"]

@@ -1,0 +1,458 @@
+"""The federation server: closes rounds, aggregates the uploads and publishes broadcasts.
+
+One round (DP-FTS-DE, Algorithm 1) is ``collect -> aggregate -> publish``:
+
+1. *collect*: read the open round's raw uploads (the server is their only reader), parse and
+   check each one (wrong configuration, unknown participant, wrong length, NaN/inf, malformed:
+   rejected and logged, never aggregated);
+2. *aggregate*: for ``aggregation="weighted"``, one vector per sub-region,
+   ``omega^(i) = sum_n phi_n^(i) omega_n`` with DP-FTS-DE's softmax weights
+   (:func:`optuna_fedbo.core.weights.subregion_weights`, renormalized over the participants
+   that uploaded); for ``aggregation="sample"`` (original FTS), the uploaded vectors themselves in
+   random order;
+3. *publish*: stage the broadcast as a ``RUNNING`` trial, open the next round's uploads, then
+   complete the trial and move the ``latest`` pointer, and finally discard the raw uploads.
+
+Every step is idempotent from stored state, so a server restarted at any point resumes the open
+round with the uploads already written and never publishes a round twice.
+
+One server at a time: each server claims a new *epoch* when it starts
+(:meth:`~optuna_fedbo.federation.store.FederationStore.claim_server_epoch`), and a server whose
+epoch has been superseded -- someone started another server, e.g. a restart while the old
+process still runs -- raises :class:`~optuna_fedbo.federation.store.ServerSupersededError` at its
+next step and before it stages anything, so two servers never keep aggregating (with
+differential privacy: releasing differently noised vectors of one accounted round) side by
+side. ``serve()`` stops on that error. The newest server always wins, so restarting a crashed
+server needs no clean-up.
+
+With differential privacy (``Federation.create(..., privacy=DPConfig(...))``) the round is
+``collect -> privatize -> account -> publish``: the aggregation is Algorithm 1 of DP-FTS-DE
+(Poisson subsampling with probability ``q`` over the ``N`` registered agents, clipping to
+``S / sqrt(P)``, weighted sums divided by ``q``, Gaussian noise ``z phi_max S / q``; randomness
+from the OS, never a seed), and the round is composed into the persistent privacy ledger before
+its broadcast is staged, so no broadcast ever exists unaccounted. A round that would take epsilon
+above the budget is not published: the server records that the budget is exhausted, logs it,
+reports it, discards the round's uploads and stops. Which agents were selected, how many
+vectors were clipped and how many contributed are reported to the server operator only (the
+broadcast carries ``n_contributors = -1``: the count would reveal participation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.trial import TrialState
+
+from optuna_fedbo.core.weights import subregion_weights
+from optuna_fedbo.core.weights import WeightSchedule
+from optuna_fedbo.federation._polling import poll_rounds
+from optuna_fedbo.federation._uploads import UploadCollector
+from optuna_fedbo.federation.federation import Federation
+from optuna_fedbo.federation.fts.messages import encode_broadcast
+from optuna_fedbo.federation.fts.messages import parse_broadcast
+from optuna_fedbo.federation.fts.messages import parse_upload
+from optuna_fedbo.federation.fts.messages import Upload
+from optuna_fedbo.federation.ledger import LedgerEntry
+from optuna_fedbo.federation.ledger import PrivacyLedger
+from optuna_fedbo.federation.server import FederationServer
+from optuna_fedbo.federation.server import RoundReport
+from optuna_fedbo.privacy._gaussian import aggregate
+from optuna_fedbo.privacy._gaussian import AggregationResult
+from optuna_fedbo.privacy._rng import secure_rng
+
+_logger = optuna.logging.get_logger(__name__)
+
+
+@dataclass
+class _Staged:
+    trial_id: int
+    round: int
+    n_contributors: int
+    contributors: tuple[str, ...]
+    rejected: tuple[tuple[str, str], ...]
+    reason: str
+    private: AggregationResult | None = None
+    entry: LedgerEntry | None = None
+
+
+class FTSServer(FederationServer):
+    """The trusted aggregator of an FTS federation.
+
+    Args:
+        federation: The federation (its protocol must be :class:`~optuna_fedbo.FTSConfig`).
+        round_timeout: Seconds after the first valid upload of a round after which the round is
+            closed with the uploads that arrived (stragglers are left out); ``None`` waits for
+            all ``N`` participants (or ``step(force=True)``).
+        min_uploads: Fewest valid uploads with which a timeout closes a round.
+        discard_uploads: Delete a round's raw uploads once it is published.
+        heartbeat_interval: Seconds between the server's heartbeat writes.
+
+    With differential privacy, a server with an epsilon budget precomputes epsilon for the
+    rounds the budget allows when it starts (at most about 2 s; accounting those rounds is then
+    a table lookup).
+
+    ``FederationServer(federation)`` builds this class for an FTS-family federation.
+    """
+
+    #: The budget-exhausted record once the server has stopped for the privacy budget.
+    _exhausted: dict[str, Any] | None = None
+
+    def __init__(
+        self,
+        federation: Federation,
+        *,
+        round_timeout: float | None = None,
+        min_uploads: int = 1,
+        discard_uploads: bool = True,
+        heartbeat_interval: float = 5.0,
+    ) -> None:
+        fts = federation.fts
+        self._start(
+            federation,
+            round_timeout=round_timeout,
+            min_uploads=min_uploads,
+            discard_uploads=discard_uploads,
+            heartbeat_interval=heartbeat_interval,
+        )
+        self._fts = fts
+        self._weights = WeightSchedule(
+            a=fts.weight_a,
+            hold_rounds=fts.weight_hold_rounds,
+            decay_rounds=fts.weight_decay_rounds,
+        )
+        self._uploads: UploadCollector[Upload] = UploadCollector(
+            lambda client_id: federation.index_of(client_id) is not None
+        )
+        self._last_published = -1
+        self._staged: _Staged | None = None
+        self._ledger: PrivacyLedger | None = None
+        if federation.privacy is not None:
+            self._ledger = federation.privacy_ledger()
+            self._mechanism = federation.privacy.mechanism()
+            self._ledger.prepare()
+        self._recover()
+
+    # ------------------------------------------------------------------------ recovery
+    def _recover(self) -> None:
+        """Rebuild the server's state from storage (after a restart or an error)."""
+        trials = self._store.broadcast_trials()
+        published = [t for t in trials if t.state == TrialState.COMPLETE]
+        self._last_published = max(
+            (int(t.system_attrs["fedbo:round"]) for t in published), default=-1
+        )
+        latest = self._store.latest()
+        if published and (latest is None or int(latest["round"]) < self._last_published):
+            newest = max(published, key=lambda t: int(t.system_attrs["fedbo:round"]))
+            self._store.commit_broadcast(
+                newest._trial_id, self._last_published, int(newest.value or 0)
+            )
+        self._staged = None
+        for trial in trials:
+            if trial.state != TrialState.RUNNING:
+                continue
+            round_index = int(trial.system_attrs["fedbo:round"])
+            if round_index == self._last_published + 1 and self._staged is None:
+                payload = parse_broadcast(trial.system_attrs["fedbo:broadcast"])
+                self._staged = _Staged(
+                    trial._trial_id, round_index, payload.n_contributors, (), (), "resumed"
+                )
+            else:
+                _logger.warning(f"Abandoning a stale staged broadcast for round {round_index}.")
+                self._store.fail_broadcast(trial._trial_id)
+        if self._last_published >= 0 and self._discard:
+            self._store.discard_uploads(self._last_published)
+        if self._ledger is not None:
+            self._ledger.reload()
+            self._exhausted = self._ledger.exhausted()
+        if self._exhausted is None:
+            self._store.open_uploads(self._last_published + 1)
+        self._reset_round()
+
+    def _reset_round(self) -> None:
+        self._uploads.reset()
+
+    # ----------------------------------------------------------------------- the round
+    @property
+    def open_round(self) -> int:
+        """The round currently collecting uploads."""
+        return self._last_published + 1
+
+    @property
+    def budget_exhausted(self) -> dict[str, Any] | None:
+        """The record of the round refused for the privacy budget, or ``None``."""
+        return self._exhausted
+
+    def step(self, force: bool = False) -> RoundReport | None:
+        """Close the open round if it is ready, aggregate it and publish the broadcast.
+
+        A round is ready when all ``N`` participants have a valid upload in it (in round 0,
+        each with its ``n_init`` initial observations), or when ``round_timeout`` has passed
+        since its first valid upload, or when ``force`` is true. A round without any valid
+        upload is never closed. With differential privacy, a ready round that would exceed the
+        epsilon budget is not published: the report says so (``budget_exhausted``), once;
+        afterwards ``step`` does nothing.
+
+        Args:
+            force: Close the round with whatever valid uploads arrived.
+
+        Returns:
+            The :class:`RoundReport` of the published round, or ``None`` if none was published.
+        """
+        with self._lock:
+            self._ensure_current()
+            self._heartbeat()
+            if self._staged is not None:
+                return self._publish()
+            if self._exhausted is not None:
+                return None
+            round_index = self.open_round
+            uploads, rejected = self._collect(round_index)
+            reason = self._closing_reason(round_index, uploads, force)
+            if reason is None:
+                return None
+            private = entry = None
+            if self._ledger is None:
+                vectors = self._aggregate(round_index, uploads)
+                contributors = tuple(u.client_id for u in uploads)
+            else:
+                if self._ledger.would_exceed(round_index):
+                    return self._stop_for_budget(round_index, uploads, rejected)
+                private, phi_max = self._privatize(round_index, uploads)
+                # Accounted (persistently) before the broadcast exists anywhere.
+                entry = self._ledger.account(
+                    round_index, noise_std=private.noise_std, phi_max=phi_max
+                )
+                vectors = np.asarray(private.vectors)
+                roster = self.federation.participants()
+                contributors = tuple(roster[int(i)] for i in private.contributors)
+            payload = encode_broadcast(
+                round_index=round_index,
+                aggregation=self._fts.aggregation,
+                vectors=vectors,
+                n_contributors=len(uploads) if private is None else -1,
+                config_hash=self.federation.config_hash,
+            )
+            self._ensure_current()  # again: aggregation took time, and staging is a release
+            trial_id = self._store.stage_broadcast(round_index, payload)
+            self._staged = _Staged(
+                trial_id,
+                round_index,
+                len(contributors),
+                contributors,
+                rejected,
+                reason,
+                private,
+                entry,
+            )
+            return self._publish()
+
+    def _collect(self, round_index: int) -> tuple[list[Upload], tuple[tuple[str, str], ...]]:
+        config_hash = self.federation.config_hash
+        n_features = self._fts.n_features
+
+        def parse(client_id: str, text: str) -> Upload:
+            return parse_upload(
+                text,
+                client_id=client_id,
+                round_index=round_index,
+                config_hash=config_hash,
+                n_features=n_features,
+            )
+
+        valid, rejected = self._uploads.collect(
+            self._store.read_uploads(round_index), round_index, parse
+        )
+        return list(valid.values()), rejected
+
+    def _closing_reason(self, round_index: int, uploads: list[Upload], force: bool) -> str | None:
+        if not uploads:
+            return None
+        complete = len(uploads) >= self.federation.n_clients
+        if complete and round_index == 0:
+            complete = all(u.n_observations >= self._fts.n_init for u in uploads)
+        if complete:
+            return "complete"
+        if force:
+            return "forced"
+        if len(uploads) >= self._min_uploads and self._uploads.waited(self._round_timeout):
+            return "timeout"
+        return None
+
+    def _aggregate(self, round_index: int, uploads: list[Upload]) -> np.ndarray:
+        omegas = np.stack([u.omega for u in uploads])
+        if self._fts.aggregation == "sample":
+            return omegas[secure_rng().permutation(len(omegas))]
+        indices = np.array([self.federation.index_of(u.client_id) for u in uploads])
+        weights = subregion_weights(
+            self.federation.assignment(),
+            self._fts.n_subregions,
+            round_index=round_index,
+            schedule=self._weights,
+        )
+        return np.array(aggregate(omegas, indices, weights, mechanism=None).vectors)
+
+    def _privatize(
+        self, round_index: int, uploads: list[Upload]
+    ) -> tuple[AggregationResult, float]:
+        """Algorithm 1, lines 5-11, with weights over all ``N`` registered agents."""
+        omegas = np.stack([u.omega for u in uploads])
+        indices = np.array([self.federation.index_of(u.client_id) for u in uploads])
+        weights = subregion_weights(
+            self.federation.assignment(),
+            self._fts.n_subregions,
+            round_index=round_index,
+            schedule=self._weights,
+        )
+        # rng=None: subsampling and noise from the OS entropy source (secure_rng).
+        result = aggregate(omegas, indices, weights, mechanism=self._mechanism)
+        return result, float(weights.max())
+
+    def _stop_for_budget(
+        self,
+        round_index: int,
+        uploads: list[Upload],
+        rejected: tuple[tuple[str, str], ...],
+    ) -> RoundReport:
+        assert self._ledger is not None
+        record = self._ledger.mark_exhausted(round_index)
+        self._exhausted = record
+        if self._discard:
+            self._store.discard_uploads(round_index)
+        self._reset_round()
+        self._heartbeat(force=True)
+        _logger.warning(
+            f"Privacy budget of {self.federation.name!r} exhausted: round {round_index} is not "
+            f"published (epsilon would reach {record['epsilon_next']:.4g} > budget "
+            f"{record['epsilon_budget']:g}; spent {record['epsilon']:.4g} at delta "
+            f"{record['delta']:.3g} over {record['rounds_accounted']} round(s)). The server "
+            "stops publishing; participants continue with local Thompson sampling."
+        )
+        return RoundReport(
+            round=round_index,
+            n_contributors=0,
+            contributors=(),
+            rejected=rejected,
+            reason="budget",
+            published_at=time.time(),
+            published=False,
+            epsilon=float(record["epsilon"]),
+            delta=float(record["delta"]),
+            budget_exhausted=True,
+        )
+
+    def _publish(self) -> RoundReport:
+        staged = self._staged
+        assert staged is not None
+        entry = staged.entry
+        if self._ledger is not None and entry is None:  # a staged broadcast found at restart
+            if not self._ledger.is_accounted(staged.round):
+                # Cannot happen through step(), which accounts before staging: a broadcast found
+                # staged without its ledger entry is accounted before it is published.
+                _logger.warning(f"Round {staged.round} was staged unaccounted; accounting it now.")
+            phi_max = float(
+                subregion_weights(
+                    self.federation.assignment(),
+                    self._fts.n_subregions,
+                    round_index=staged.round,
+                    schedule=self._weights,
+                ).max()
+            )
+            entry = self._ledger.account(
+                staged.round,
+                noise_std=self._mechanism.noise_multiplier
+                * phi_max
+                * self._mechanism.clip_norm
+                / self._mechanism.sample_rate,
+                phi_max=phi_max,
+            )
+        self._store.open_uploads(staged.round + 1)
+        # Under differential privacy the number of contributors is withheld (-1).
+        published_count = staged.n_contributors if entry is None else -1
+        self._store.commit_broadcast(staged.trial_id, staged.round, published_count)
+        self._last_published = staged.round
+        self._staged = None
+        if self._discard:
+            self._store.discard_uploads(staged.round)
+        self._reset_round()
+        self._heartbeat(force=True)
+        private = staged.private
+        report = RoundReport(
+            round=staged.round,
+            n_contributors=staged.n_contributors,
+            contributors=staged.contributors,
+            rejected=staged.rejected,
+            reason=staged.reason,
+            published_at=time.time(),
+            epsilon=None if entry is None else entry.epsilon,
+            delta=None if entry is None else entry.delta,
+            n_selected=None if private is None else int(private.selected.size),
+            n_clipped=None if private is None else private.n_clipped,
+            noise_std=None if entry is None else entry.noise_std,
+        )
+        details = ""
+        if entry is not None:
+            details = f", epsilon {entry.epsilon:.4g} at delta {entry.delta:.3g}"
+            if private is not None:
+                details += (
+                    f", {private.selected.size} selected, {private.n_clipped} of "
+                    f"{private.contributors.size} clipped"
+                )
+        _logger.info(
+            f"Published round {staged.round} of {self.federation.name!r} "
+            f"({staged.n_contributors} contributors, {staged.reason}{details})."
+        )
+        return report
+
+    # ------------------------------------------------------------------------ serving
+    def serve(
+        self,
+        *,
+        poll_interval: float = 1.0,
+        max_rounds: int | None = None,
+        timeout: float | None = None,
+        stop: threading.Event | None = None,
+        callback: Callable[[RoundReport], None] | None = None,
+        max_consecutive_errors: int = 10,
+    ) -> list[RoundReport]:
+        """Poll the storage and close rounds as they become ready.
+
+        Returns when the privacy budget is exhausted (nothing more can be published).
+
+        Args:
+            poll_interval: Seconds between polls when nothing happened.
+            max_rounds: Stop once this many rounds have been published in total.
+            timeout: Stop after this many seconds.
+            stop: Stop when this event is set.
+            callback: Called with each :class:`RoundReport`.
+            max_consecutive_errors: Storage errors in a row tolerated (each logged, then the
+                state is reloaded from storage) before the error is raised.
+
+        Returns:
+            The reports of the rounds published by this call (and of the round refused for
+            the privacy budget, if that happened).
+        """
+        _logger.info(f"Serving federation {self.federation.name!r} from round {self.open_round}.")
+
+        def recover() -> None:
+            with self._lock:
+                self._recover()
+
+        return poll_rounds(
+            self.step,
+            recover,
+            done=lambda: (
+                self._exhausted is not None
+                or (max_rounds is not None and self.open_round >= max_rounds)
+            ),
+            poll_interval=poll_interval,
+            timeout=timeout,
+            stop=stop,
+            callback=callback,
+            max_consecutive_errors=max_consecutive_errors,
+        )
