@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
-import scipy.optimize
 
 from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.rff import RandomFourierFeatures
@@ -152,6 +151,8 @@ def _refine(
     max_iterations: int,
 ) -> np.ndarray:
     """One L-BFGS-B run over the free columns of all starts at once."""
+    import scipy.optimize
+
     n_starts = len(starts)
     fixed = starts.copy()
 

@@ -17,7 +17,6 @@ from dataclasses import field
 import math
 
 import numpy as np
-import scipy.linalg
 
 
 @dataclass
@@ -141,6 +140,8 @@ class LinearPosterior:
         *,
         prior_scales: np.ndarray | None = None,
     ) -> None:
+        import scipy.linalg
+
         if not noise_variance > 0:
             raise ValueError(f"The noise variance must be positive, got {noise_variance}.")
         n_features = len(feature_target)
@@ -188,6 +189,8 @@ class LinearPosterior:
         Returns:
             Array of shape ``(M,)`` or ``(size, M)``.
         """
+        import scipy.linalg
+
         n = 1 if size is None else size
         normal = rng.standard_normal((self.n_features, n))
         # Sigma = L L^T, so L^{-T} z has covariance Sigma^{-1}.
@@ -203,6 +206,8 @@ class LinearPosterior:
         ``Sigma`` is the precision of the scaled weights and ``S = diag(s)`` (the identity
         without prior scales): ``lambda phi^T`` of this is the posterior variance.
         """
+        import scipy.linalg
+
         solved = scipy.linalg.cho_solve(
             (self.cholesky, True), self.scale(features.T), check_finite=False
         )
@@ -217,6 +222,8 @@ class LinearPosterior:
         Returns:
             ``(mean, variance)``, each of shape ``(n,)``.
         """
+        import scipy.linalg
+
         half = scipy.linalg.solve_triangular(
             self.cholesky, self.scale(features.T), lower=True, check_finite=False
         )

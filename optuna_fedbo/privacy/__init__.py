@@ -15,7 +15,6 @@ from optuna_fedbo.privacy._accounting import compute_epsilon
 from optuna_fedbo.privacy._accounting import default_delta
 from optuna_fedbo.privacy._accounting import make_dp_accountant
 from optuna_fedbo.privacy._accounting import MOMENTS_ORDERS
-from optuna_fedbo.privacy._accounting import MomentsAccountant
 from optuna_fedbo.privacy._accounting import PLD_VALUE_DISCRETIZATION_INTERVAL
 from optuna_fedbo.privacy._accounting import PrivacyAccountant
 from optuna_fedbo.privacy._accounting import RDP_ORDERS
@@ -31,6 +30,16 @@ from optuna_fedbo.privacy._gaussian import SubsampledGaussianMechanism
 from optuna_fedbo.privacy._laplace import LaplaceMechanism
 from optuna_fedbo.privacy._laplace import privatize_objective
 from optuna_fedbo.privacy._rng import secure_rng
+
+
+def __getattr__(name: str) -> object:
+    # Subclasses a dp_accounting class, so it is imported on first use (dp_accounting is slow).
+    if name == "MomentsAccountant":
+        from optuna_fedbo.privacy._moments import MomentsAccountant
+
+        return MomentsAccountant
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ACCOUNTANTS",

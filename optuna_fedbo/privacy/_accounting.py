@@ -55,13 +55,16 @@ import math
 import threading
 from typing import Final
 from typing import Literal
+from typing import TYPE_CHECKING
 
-import dp_accounting
-from dp_accounting import pld as dp_pld
-from dp_accounting import rdp as dp_rdp
-from dp_accounting.pld import privacy_loss_distribution as dp_pld_lib
-from dp_accounting.rdp import rdp_privacy_accountant as dp_rdp_lib
 import numpy as np
+
+if TYPE_CHECKING:
+    # ``dp_accounting`` (with scipy.stats and scipy.signal) takes most of a second to import:
+    # it is imported by the functions that account, not when optuna_fedbo is imported.
+    import dp_accounting
+    from dp_accounting.pld import privacy_loss_distribution as dp_pld_lib
+
 
 _logger = logging.getLogger(__name__)
 
@@ -163,12 +166,16 @@ class SubsampledGaussianEvent:
     @property
     def neighboring_relation(self) -> dp_accounting.NeighboringRelation:
         """Add/remove-one for Poisson sampling, replace-one for fixed-size sampling."""
+        import dp_accounting
+
         if self.sampling == "fixed_size":
             return dp_accounting.NeighboringRelation.REPLACE_ONE
         return dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
 
     def to_dp_event(self) -> dp_accounting.DpEvent:
         """The ``dp_accounting`` event of one round (valid under :attr:`neighboring_relation`)."""
+        import dp_accounting
+
         if self.sampling == "fixed_size":
             assert self.n_agents is not None and self.sample_size is not None
             # Replace-one moves the clipped, weighted sum by up to twice the add/remove
@@ -188,49 +195,6 @@ class SubsampledGaussianEvent:
         return SubsampledGaussianEvent(
             noise_multiplier, self.sample_rate, self.sampling, self.n_agents
         )
-
-
-class MomentsAccountant(dp_rdp.RdpAccountant):
-    """``dp_accounting`` RDP accountant with the moments accountant's classic conversion.
-
-    Composes exactly like :class:`dp_accounting.rdp.RdpAccountant` at the integer orders
-    :data:`MOMENTS_ORDERS`, and converts with ``eps = min_a [rdp(a) + log(1/delta) / (a - 1)]``
-    (Abadi et al. 2016; Mironov 2017, Proposition 3) instead of the library's improved bound,
-    as the DP-FTS-DE paper did. Being a ``PrivacyAccountant``, it plugs into
-    ``dp_accounting.calibrate_dp_mechanism``.
-
-    Args:
-        neighboring_relation: The neighbouring relation of the composed events.
-    """
-
-    def __init__(
-        self,
-        neighboring_relation: dp_accounting.NeighboringRelation = (
-            dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
-        ),
-    ) -> None:
-        super().__init__(orders=MOMENTS_ORDERS, neighboring_relation=neighboring_relation)
-
-    def get_epsilon_and_optimal_order(self, target_delta: float) -> tuple[float, float]:
-        """Classic conversion to ``(epsilon, optimal order)``."""
-        return classic_rdp_to_epsilon(self.orders, self.rdp, target_delta)
-
-    def get_epsilon(self, target_delta: float) -> float:
-        """Classic conversion to epsilon at ``target_delta``."""
-        return classic_rdp_to_epsilon(self.orders, self.rdp, target_delta)[0]
-
-    def get_delta_and_optimal_order(self, target_epsilon: float) -> tuple[float, float]:
-        """Inverse classic conversion: ``delta = min_a exp(-(a - 1) (eps - rdp(a)))``."""
-        orders, rdp = self.orders, self.rdp
-        with np.errstate(over="ignore", invalid="ignore"):
-            log_deltas = -(orders - 1.0) * (target_epsilon - rdp)
-        log_deltas = np.where(np.isnan(log_deltas), np.inf, log_deltas)
-        best = int(np.argmin(log_deltas))
-        return min(math.exp(min(float(log_deltas[best]), 0.0)), 1.0), float(orders[best])
-
-    def get_delta(self, target_epsilon: float) -> float:
-        """Inverse classic conversion to delta at ``target_epsilon``."""
-        return self.get_delta_and_optimal_order(target_epsilon)[0]
 
 
 def classic_rdp_to_epsilon(
@@ -265,11 +229,20 @@ def classic_rdp_to_epsilon(
 
 def make_dp_accountant(
     accountant: AccountantKind,
-    neighboring_relation: dp_accounting.NeighboringRelation = (
-        dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
-    ),
+    neighboring_relation: dp_accounting.NeighboringRelation | None = None,
 ) -> dp_accounting.PrivacyAccountant:
-    """A fresh ``dp_accounting`` accountant of the given kind, configured as documented above."""
+    """A fresh ``dp_accounting`` accountant of the given kind, configured as documented above.
+
+    ``neighboring_relation`` defaults to ``NeighboringRelation.ADD_OR_REMOVE_ONE``.
+    """
+    import dp_accounting
+    from dp_accounting import pld as dp_pld
+    from dp_accounting import rdp as dp_rdp
+
+    from optuna_fedbo.privacy._moments import MomentsAccountant
+
+    if neighboring_relation is None:
+        neighboring_relation = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
     if accountant == "moments":
         return MomentsAccountant(neighboring_relation)
     if accountant == "rdp":
@@ -316,6 +289,8 @@ def compute_epsilon(
     dp_accountant = _supported_accountant(accountant, event)
     if rounds == 0:
         return 0.0
+    import dp_accounting
+
     with _quiet_fractional_order_warnings():
         dp_accountant.compose(dp_accounting.SelfComposedDpEvent(event.to_dp_event(), rounds))
     return float(dp_accountant.get_epsilon(delta))
@@ -358,6 +333,8 @@ def calibrate_noise_multiplier(
         math.isfinite(float(target_epsilon)) and float(target_epsilon) > 0
     ):
         raise ValueError(f"target_epsilon must be positive and finite, got {target_epsilon!r}.")
+    import dp_accounting
+
     target_epsilon = float(target_epsilon)
     if not (math.isfinite(float(tol)) and float(tol) > 0):
         raise ValueError(f"tol must be positive, got {tol!r}.")
@@ -418,6 +395,9 @@ class PrivacyAccountant:
         sampling: SamplingKind = "poisson",
         n_agents: int | None = None,
     ) -> None:
+        from dp_accounting import rdp as dp_rdp
+        from dp_accounting.pld import privacy_loss_distribution as dp_pld_lib
+
         self._event = SubsampledGaussianEvent(noise_multiplier, sample_rate, sampling, n_agents)
         self._delta = _check_delta(delta)
         self._kind: AccountantKind = accountant
@@ -486,6 +466,8 @@ class PrivacyAccountant:
         total = rounds * self._rdp_per_round
         if self._kind == "moments":
             return classic_rdp_to_epsilon(self._orders, total, self._delta)[0]
+        from dp_accounting.rdp import rdp_privacy_accountant as dp_rdp_lib
+
         return float(dp_rdp_lib.compute_epsilon(self._orders, total, self._delta)[0])
 
     def would_exceed(self, rounds: int, budget: float) -> bool:
@@ -663,3 +645,12 @@ def _check_positive_int(value: int, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}.")
     return int(value)
+
+
+def __getattr__(name: str) -> object:
+    # MomentsAccountant subclasses a dp_accounting class: defined in _moments, imported on use.
+    if name == "MomentsAccountant":
+        from optuna_fedbo.privacy._moments import MomentsAccountant
+
+        return MomentsAccountant
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

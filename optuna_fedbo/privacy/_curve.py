@@ -26,8 +26,7 @@ from __future__ import annotations
 import math
 import threading
 from typing import Final
-
-from dp_accounting.pld import privacy_loss_distribution as dp_pld_lib
+from typing import TYPE_CHECKING
 
 from optuna_fedbo.privacy._accounting import _check_budget
 from optuna_fedbo.privacy._accounting import _check_delta
@@ -35,6 +34,9 @@ from optuna_fedbo.privacy._accounting import _check_rounds
 from optuna_fedbo.privacy._accounting import AccountantKind
 from optuna_fedbo.privacy._accounting import PrivacyAccountant
 from optuna_fedbo.privacy._accounting import SubsampledGaussianEvent
+
+if TYPE_CHECKING:
+    from dp_accounting.pld import privacy_loss_distribution as dp_pld_lib
 
 #: Default largest number of rounds :meth:`EpsilonCurve.max_rounds` looks at.
 MAX_ROUNDS_LIMIT: Final[int] = 100_000

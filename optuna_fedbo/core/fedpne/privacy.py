@@ -27,9 +27,6 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy.optimize import brentq
-from scipy.special import log_ndtr
-from scipy.special import ndtr
 
 from optuna_fedbo.privacy._rng import secure_rng
 
@@ -157,6 +154,9 @@ def gaussian_mechanism_delta(epsilon: float, noise_ratio: float) -> float:
     Returns:
         ``Phi(1/(2s) - eps s) - e^eps Phi(-1/(2s) - eps s)`` with ``s = noise_ratio``.
     """
+    from scipy.special import log_ndtr
+    from scipy.special import ndtr
+
     s = float(noise_ratio)
     a = 1.0 / (2.0 * s)
     first = ndtr(a - epsilon * s)
@@ -174,6 +174,8 @@ def gaussian_mechanism_epsilon(noise_ratio: float, delta: float) -> float:
     Returns:
         The tight ``epsilon`` (0 if even ``epsilon = 0`` meets ``delta``).
     """
+    from scipy.optimize import brentq
+
     s = float(noise_ratio)
     if not math.isfinite(s) or s <= 0.0:
         raise ValueError(f"noise_ratio must be a finite number > 0, got {noise_ratio!r}.")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.linalg
 
 from optuna_fedbo.core.ldp.acquisition import GPUCBIndex
 from optuna_fedbo.core.ldp.kernels import Kernel
@@ -44,6 +43,8 @@ def truncated_estimate(
     Returns:
         ``(theta, V)``.
     """
+    import scipy.linalg
+
     m = features.shape[1]
     gram = features.T @ features + regularization * np.eye(m)
     eigenvalues, eigenvectors = scipy.linalg.eigh(gram)

@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import Protocol
 
 import numpy as np
-import scipy.linalg
 
 from optuna_fedbo.core.ldp.kernels import Kernel
 
@@ -89,6 +88,8 @@ class ExactGPPosterior:
         sums: np.ndarray,
         regularization: float,
     ) -> None:
+        import scipy.linalg
+
         if not regularization > 0:
             raise ValueError(f"regularization must be positive, got {regularization}.")
         counts = np.asarray(counts, dtype=float).reshape(-1)
@@ -144,6 +145,8 @@ class ExactGPPosterior:
 
     def _whitened(self, cross: np.ndarray) -> np.ndarray:
         """``L^{-1} N^{1/2} k_u(x)`` for each column of ``cross = k_u(x)^T`` (shape ``(u, n)``)."""
+        import scipy.linalg
+
         return scipy.linalg.solve_triangular(
             self._cholesky, self._root[:, None] * cross, lower=True
         )
@@ -164,6 +167,8 @@ class ExactGPPosterior:
         self, x: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Mean, variance and their gradients with respect to ``x`` (shape ``(n, D)``)."""
+        import scipy.linalg
+
         x = np.atleast_2d(np.asarray(x, dtype=float))
         prior = self.kernel.diag(x)
         if len(self.unique_points) == 0:

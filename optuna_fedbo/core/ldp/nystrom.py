@@ -23,7 +23,6 @@ Choices the paper leaves open, fixed here:
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg
 
 from optuna_fedbo.core.ldp.kernels import Kernel
 
@@ -40,6 +39,8 @@ class NystromEmbedding:
     """
 
     def __init__(self, kernel: Kernel, dictionary: np.ndarray) -> None:
+        import scipy.linalg
+
         dictionary = np.atleast_2d(np.asarray(dictionary, dtype=float))
         self.kernel = kernel
         if dictionary.shape[0] == 0:
@@ -131,6 +132,8 @@ class FeaturePosterior:
         gram: np.ndarray,
         regularization: float,
     ) -> None:
+        import scipy.linalg
+
         self.embedding = embedding
         self.theta = np.asarray(theta, dtype=float)
         self.regularization = float(regularization)
@@ -151,6 +154,8 @@ class FeaturePosterior:
 
     def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean and variance at points of shape ``(n, D)``."""
+        import scipy.linalg
+
         x = np.atleast_2d(np.asarray(x, dtype=float))
         prior = self.embedding.kernel.diag(x)
         if self._factor is None:
@@ -166,6 +171,8 @@ class FeaturePosterior:
         self, x: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Mean, variance and their gradients (shape ``(n, D)``)."""
+        import scipy.linalg
+
         x = np.atleast_2d(np.asarray(x, dtype=float))
         prior = self.embedding.kernel.diag(x)
         if self._factor is None:

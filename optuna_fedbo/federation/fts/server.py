@@ -1,4 +1,4 @@
-"""The federation server: closes rounds, aggregates the uploads and publishes broadcasts.
+"""The FTS family's server round: closes rounds, aggregates the uploads, publishes broadcasts.
 
 One round (DP-FTS-DE, Algorithm 1) is ``collect -> aggregate -> publish``:
 
@@ -16,14 +16,9 @@ One round (DP-FTS-DE, Algorithm 1) is ``collect -> aggregate -> publish``:
 Every step is idempotent from stored state, so a server restarted at any point resumes the open
 round with the uploads already written and never publishes a round twice.
 
-One server at a time: each server claims a new *epoch* when it starts
-(:meth:`~optuna_fedbo.federation.store.FederationStore.claim_server_epoch`), and a server whose
-epoch has been superseded -- someone started another server, e.g. a restart while the old
-process still runs -- raises :class:`~optuna_fedbo.federation.store.ServerSupersededError` at its
-next step and before it stages anything, so two servers never keep aggregating (with
-differential privacy: releasing differently noised vectors of one accounted round) side by
-side. ``serve()`` stops on that error. The newest server always wins, so restarting a crashed
-server needs no clean-up.
+One server at a time (the epoch of :mod:`optuna_fedbo.federation.server`): a superseded server
+stops before it stages anything, so two servers never keep aggregating (with differential
+privacy: releasing differently noised vectors of one accounted round) side by side.
 
 With differential privacy (``Federation.create(..., privacy=DPConfig(...))``) the round is
 ``collect -> privatize -> account -> publish``: the aggregation is Algorithm 1 of DP-FTS-DE
@@ -84,14 +79,8 @@ class _Staged:
 class FTSServer(FederationServer):
     """The trusted aggregator of an FTS federation.
 
-    Args:
-        federation: The federation (its protocol must be :class:`~optuna_fedbo.FTSConfig`).
-        round_timeout: Seconds after the first valid upload of a round after which the round is
-            closed with the uploads that arrived (stragglers are left out); ``None`` waits for
-            all ``N`` participants (or ``step(force=True)``).
-        min_uploads: Fewest valid uploads with which a timeout closes a round.
-        discard_uploads: Delete a round's raw uploads once it is published.
-        heartbeat_interval: Seconds between the server's heartbeat writes.
+    Takes the arguments of :class:`~optuna_fedbo.federation.server.FederationServer`; the
+    federation's protocol must be an :class:`~optuna_fedbo.FTSConfig`.
 
     With differential privacy, a server with an epsilon budget precomputes epsilon for the
     rounds the budget allows when it starts (at most about 2 s; accounting those rounds is then
