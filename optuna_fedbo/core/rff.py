@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.special
 
 #: Lengthscale range (unit-cube coordinates) of the multi-scale shared features.
 MULTISCALE_RANGE = (0.02, 0.5)
@@ -47,6 +46,8 @@ def mixture_kernel(distance: np.ndarray, low: float, high: float) -> np.ndarray:
     Returns:
         ``k(r)`` of the same shape, with ``k(0) = 1``.
     """
+    import scipy.special
+
     distance = np.asarray(distance, dtype=float)
     squared = distance**2
     out = np.ones_like(squared)

@@ -22,7 +22,6 @@ import math
 from typing import Literal
 
 import numpy as np
-import scipy.stats
 
 DimensionKind = Literal["float", "int", "categorical"]
 
@@ -238,6 +237,8 @@ class UnitCubeEncoding:
         Returns:
             Array of shape ``(n, n_columns)``.
         """
+        import scipy.stats
+
         sampler = scipy.stats.qmc.LatinHypercube(
             d=len(self.dimensions), optimization="random-cd" if n > 1 else None, rng=rng
         )

@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.linalg
 
 from optuna_fedbo.core.posterior import LinearPosterior
 
@@ -61,6 +60,8 @@ def prior_weight(
         ``(mean, variance, A^{-1} S Phi^T g)``; the last term, in the local posterior's scaled
         coordinates, is what conditioning ``omega`` on ``c`` subtracts per unit of ``c``.
     """
+    import scipy.linalg
+
     if not prior_variance > 0:
         raise ValueError(f"prior_variance must be positive, got {prior_variance}.")
     lam = local.noise_variance
@@ -130,6 +131,8 @@ class TransferPosterior:
         ``phi(x)^T`` of it is a sample of the participant's function: maximize it for Thompson
         sampling.
         """
+        import scipy.linalg
+
         weight = self.weight_mean + math.sqrt(self.weight_variance) * rng.standard_normal()
         deviation = scipy.linalg.solve_triangular(
             self.local.cholesky,
