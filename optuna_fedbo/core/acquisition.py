@@ -177,18 +177,19 @@ def _refine(
 
 
 class ScaledFunction:
-    """``c f(x)`` for an acquisition-like function ``f`` (e.g. a weighted broadcast)."""
+    """``c f(x) + d`` for an acquisition-like function ``f`` (e.g. a weighted broadcast)."""
 
-    def __init__(self, function: AcquisitionFunction, weight: float) -> None:
+    def __init__(self, function: AcquisitionFunction, weight: float, offset: float = 0.0) -> None:
         self._function = function
         self._weight = float(weight)
+        self._offset = float(offset)
 
     def values(self, x: np.ndarray) -> np.ndarray:
-        return self._weight * self._function.values(x)
+        return self._weight * self._function.values(x) + self._offset
 
     def values_and_grads(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         values, grads = self._function.values_and_grads(x)
-        return self._weight * values, self._weight * grads
+        return self._weight * values + self._offset, self._weight * grads
 
 
 class RegionwiseLinear:

@@ -164,6 +164,10 @@ class FedThompsonSampler(BaseSampler):
         # The participant's own space-filling initial design (from its own seed).
         self._design_rng = np.random.default_rng(None if seed is None else [seed, 1])
         self._design: np.ndarray | None = None
+        # Public reference points to standardize broadcast functions on (same for everyone).
+        self._reference = self._encoder.encoding.sample(
+            256, np.random.default_rng([federation.seed, 2])
+        )
         self._gp_params: Any = None  # the last fit's kernel parameters (a warm start)
         self._outside = RFFThompsonSampler(
             n_features=fts.n_features,
@@ -398,7 +402,12 @@ class FedThompsonSampler(BaseSampler):
         prior_values = prior_function = None
         if function is not None:
             assert broadcast is not None
-            at_points = function.values(points)
+            # g standardized over the search space (a fixed reference sample), so that its
+            # weight is about one where it has the shape of the participant's normalized values,
+            # however many participants it averages (which shrinks it) and however noisy.
+            reference = function.values(self._reference)
+            shift, spread = float(reference.mean()), max(float(reference.std()), 1e-12)
+            at_points = (function.values(points) - shift) / spread
             weight, _, _ = prior_weight(
                 posterior,
                 self._features(points).T @ at_points,
@@ -406,7 +415,7 @@ class FedThompsonSampler(BaseSampler):
                 float(at_points @ values),
             )
             prior_values = weight * at_points
-            prior_function = ScaledFunction(function, weight)
+            prior_function = ScaledFunction(function, weight / spread, -weight * shift / spread)
             self._record(study, trial, "transfer", broadcast.round)
         else:
             self._record(study, trial, "fallback")
@@ -604,7 +613,9 @@ class FedThompsonSampler(BaseSampler):
                 _logger.debug(f"{self.client_id}: no observation yet, nothing to upload.")
                 return
             posterior = self._posterior(statistics, extra)
-        omega = posterior.sample(self._rng)
+        # The papers share a Thompson sample; the default shares the posterior mean, the
+        # participant's best estimate (the average of samples is noisier at equal privacy).
+        omega = posterior.mean if self._fts.transfer == "prior" else posterior.sample(self._rng)
         round_index = self.federation.upload(
             self.client_id,
             omega,
