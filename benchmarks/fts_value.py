@@ -318,6 +318,47 @@ def regrets(problem: Problem, curves: dict[str, np.ndarray]) -> dict[str, np.nda
     return out
 
 
+def overhead(n_trials: int) -> None:
+    """CPU time per trial of the default participant (and local GP, TPE) on a cheap objective.
+
+    One participant of a two-site federation (in memory; the server closes a round after each
+    of its trials), 3-D, up to ``n_trials`` trials; CPU seconds (``time.process_time``, so that
+    other processes on the machine do not count) per trial over windows of trials.
+    """
+    from optuna_fedbo import Federation
+    from optuna_fedbo import FederationServer
+    from optuna_fedbo import FedThompsonSampler
+
+    space = {f"x{i}": optuna.distributions.FloatDistribution(0.0, 1.0) for i in range(3)}
+
+    def objective(trial: optuna.Trial) -> float:
+        x = np.array([trial.suggest_float(name, 0.0, 1.0) for name in space])
+        return float(-np.sum((x - 0.3) ** 2) + 0.1 * np.sin(20 * x).sum())
+
+    windows = [(0, 100), (n_trials // 2 - 50, n_trials // 2 + 50), (n_trials - 100, n_trials)]
+    print(f"\n## overhead: CPU ms per trial, 3-D, {n_trials} trials")
+    print(f"{'sampler':12s}" + "".join(f"{f'{a + 1}-{b}':>12s}" for a, b in windows))
+    for name in ("fts", "local-gp", "tpe"):
+        if name == "fts":
+            fed = Federation.create(f"overhead-{time.time_ns()}", search_space=space, n_clients=2)
+            server = FederationServer(fed)
+            sampler = FedThompsonSampler(fed, "site", seed=0)
+        elif name == "local-gp":
+            sampler, server = LocalGPSampler(seed=0), None
+        else:
+            sampler, server = optuna.samplers.TPESampler(seed=0), None
+        study = optuna.create_study(direction="maximize", sampler=sampler)
+        times = []
+        for _ in range(n_trials):
+            start = time.process_time()
+            study.optimize(objective, n_trials=1)
+            if server is not None:
+                server.step(force=True)
+            times.append(time.process_time() - start)
+        times = np.array(times) * 1000
+        print(f"{name:12s}" + "".join(f"{times[a:b].mean():12.1f}" for a, b in windows))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small grid, 3 seeds")
@@ -327,10 +368,14 @@ def main() -> None:
     parser.add_argument("--stock-sites", type=int, default=4, help="sites run by single samplers")
     parser.add_argument("--only", default=None, help="run problems whose name contains this")
     parser.add_argument("--methods", default=None, help="comma-separated subset of methods")
+    parser.add_argument("--overhead", type=int, default=0, help="only time N trials per sampler")
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=ExperimentalWarning)
+    if args.overhead:
+        overhead(args.overhead)
+        return
     n_seeds = args.seeds or (3 if args.quick else 10)
     n = args.sites
     dp = DPConfig(noise_multiplier=1.0, sample_rate=0.25, clip_norm=22.0)

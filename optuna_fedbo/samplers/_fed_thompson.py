@@ -51,6 +51,8 @@ MODE_ATTR = "fedbo:mode"
 BROADCAST_ROUND_ATTR = "fedbo:broadcast_round"
 
 _OWN_DIGESTS_KEPT = 4
+#: Most observations the local GP is fitted to (the cost per trial stays bounded).
+_MAX_GP_POINTS = 256
 
 
 class FedThompsonSampler(BaseSampler):
@@ -168,7 +170,9 @@ class FedThompsonSampler(BaseSampler):
         self._reference = self._encoder.encoding.sample(
             256, np.random.default_rng([federation.seed, 2])
         )
-        self._gp_params: Any = None  # the last fit's kernel parameters (a warm start)
+        # The last GP fit's kernel parameters (a warm start) and its number of observations.
+        self._gp_params: Any = None
+        self._gp_count = 0
         self._outside = RFFThompsonSampler(
             n_features=fts.n_features,
             lengthscale="auto" if fts.lengthscale is None else fts.lengthscale,
@@ -390,6 +394,8 @@ class FedThompsonSampler(BaseSampler):
         broadcast leaves the plain local GP.
         """
         from optuna_fedbo.core.gp import fit_gp
+        from optuna_fedbo.core.gp import GaussianProcess
+        from optuna_fedbo.core.gp import subset_indices
         from optuna_fedbo.core.gp_acquisition import LogExpectedImprovement
 
         broadcast = self._usable_broadcast()
@@ -398,7 +404,7 @@ class FedThompsonSampler(BaseSampler):
             points = self._observations.points.copy()
             mean, std = self._normalization()
             values = (self._observations.targets - mean) / std
-            warm = self._gp_params
+            warm, last_count = self._gp_params, self._gp_count
         prior_values = prior_function = None
         if function is not None:
             assert broadcast is not None
@@ -419,17 +425,27 @@ class FedThompsonSampler(BaseSampler):
             self._record(study, trial, "transfer", broadcast.round)
         else:
             self._record(study, trial, "fallback")
+        n = len(values)
         with one_blas_thread():
-            gp = fit_gp(
-                points,
-                values,
-                prior_mean=prior_values,
-                warm_start=warm,
-                rng=self._rng,
-                n_restarts=0 if warm is not None else 1,
-                n_start_candidates=2 if warm is not None else 6,
-            )
-            self._gp_params = gp.params
+            # Beyond _MAX_GP_POINTS the GP sees the best half and a random rest; beyond 100
+            # observations its hyperparameters are refitted only after 10% growth.
+            kept = subset_indices(values, _MAX_GP_POINTS, self._rng)
+            x, y = points[kept], values[kept]
+            prior = None if prior_values is None else prior_values[kept]
+            if warm is not None and 100 <= n < 1.1 * last_count:
+                gp = GaussianProcess(x, y, warm, prior_mean=prior)
+            else:
+                gp = fit_gp(
+                    x,
+                    y,
+                    prior_mean=prior,
+                    warm_start=warm,
+                    rng=self._rng,
+                    n_restarts=0 if warm is not None else 1,
+                    n_start_candidates=2 if warm is not None else 6,
+                )
+                with self._lock:
+                    self._gp_params, self._gp_count = gp.params, n
             top = points[np.argsort(-values, kind="stable")[:5]]
             point = self._maximize(
                 LogExpectedImprovement(gp, float(values.max()), prior_function), top
