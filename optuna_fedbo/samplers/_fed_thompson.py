@@ -82,12 +82,13 @@ class FedThompsonSampler(BaseSampler):
       ``phi(x)^T omega_n`` for the vector of one other agent drawn uniformly
       (``aggregation="sample"``, the original FTS). Without a broadcast it runs local TS.
 
-    In both cases, after every finished trial it draws ``omega_{n,t}`` from its posterior over
-    the shared random features, fitted to its values oriented for maximization and normalized
-    as ``FTSConfig.normalization`` says (with multi-scale features, the prior weight of each
-    scale and the noise variance are chosen by marginal likelihood on its own values), and
-    uploads it to the open round. Errors there are logged, never raised into
-    ``study.optimize``.
+    In both cases, after every finished trial it fits its posterior over the shared random
+    features to its values, oriented for maximization and normalized as
+    ``FTSConfig.normalization`` says (with multi-scale features, the prior weight of each scale
+    and the noise variance are chosen by marginal likelihood on its own values), and uploads
+    ``omega_{n,t}`` to the open round: the posterior mean by default, a posterior draw (the
+    papers' Thompson sample) with ``transfer="schedule"``. Errors there are logged, never
+    raised into ``study.optimize``.
 
     The participant's trials stay in its own study; only ``omega`` leaves it. Asynchronous by
     default (each trial uses the newest broadcast it can read); ``synchronous=True`` waits, before
@@ -106,7 +107,7 @@ class FedThompsonSampler(BaseSampler):
             ``None`` uses the federation's default.
         local_sampler: Optional Optuna sampler for the local steps of
             ``transfer="schedule"`` (instead of local TS on the shared features). The uploads
-            are drawn from the RFF posterior in both cases.
+            come from the RFF posterior in both cases.
         synchronous: Wait for the current round's broadcast before each BO iteration.
         sync_timeout: Longest wait in synchronous mode (seconds; ``None``: no limit). On
             expiry the newest broadcast is used and a warning is logged.
@@ -292,10 +293,10 @@ class FedThompsonSampler(BaseSampler):
                 return self._encoder.decode(self._maximize(function))
             self._record(study, trial, "init")
             return self._encoder.decode(self._initial_point(trial.number))
+        if transfer:
+            return self._transfer_step(study, trial)
         with self._lock:
             posterior = self._posterior()
-        if transfer:
-            return self._transfer_step(study, trial, posterior)
         iteration = n_observed - fts.n_init + 1
         if self._rng.uniform() <= local_probability(self._schedule, iteration):
             return self._local_step(study, trial, posterior, "local")
@@ -383,9 +384,7 @@ class FedThompsonSampler(BaseSampler):
             return LinearAcquisition(self._features, vectors[0])
         return RegionwiseLinear(self._features, vectors, self._partition.index_of)
 
-    def _transfer_step(
-        self, study: Study, trial: FrozenTrial, posterior: LinearPosterior
-    ) -> dict[str, Any]:
+    def _transfer_step(self, study: Study, trial: FrozenTrial) -> dict[str, Any]:
         """Expected improvement on the local GP whose prior mean is the weighted broadcast.
 
         The weight ``c`` of the broadcast function ``g`` is its posterior mean under the local
@@ -401,6 +400,7 @@ class FedThompsonSampler(BaseSampler):
         broadcast = self._usable_broadcast()
         function = None if broadcast is None else self._broadcast_function(broadcast)
         with self._lock:
+            posterior = self._posterior()
             points = self._observations.points.copy()
             mean, std = self._normalization()
             values = (self._observations.targets - mean) / std
