@@ -95,9 +95,9 @@ def _dense(dims: int, rng: np.random.Generator) -> np.ndarray:
     if dims == 1:
         return np.linspace(0, 1, 4001)[:, None]
     if dims == 2:
-        g = np.linspace(0, 1, 201)
+        g = np.linspace(0, 1, 101)
         return np.stack(np.meshgrid(g, g), -1).reshape(-1, 2)
-    return rng.uniform(size=(40000, dims))
+    return rng.uniform(size=(20000, dims))
 
 
 def _range(f: Callable[[np.ndarray], np.ndarray], dense: np.ndarray) -> tuple[float, float]:
@@ -318,7 +318,9 @@ def regrets(problem: Problem, curves: dict[str, np.ndarray]) -> dict[str, np.nda
     return out
 
 
-def feature_options(n_seeds: int, n_sites: int = 10, n_design: int = 5) -> None:
+def feature_options(
+    n_seeds: int, dims_list: tuple[int, ...] = (1, 2), n_sites: int = 10, n_design: int = 5
+) -> None:
     """How good is the first broadcast with each choice of shared features?
 
     On GP draws (lengthscales 0.02-0.5, 1-D and 2-D), ``n_sites`` near-identical sites each fit
@@ -350,7 +352,7 @@ def feature_options(n_seeds: int, n_sites: int = 10, n_design: int = 5) -> None:
         f"\n## shared features: regret of the first broadcast's maximizer ({n_sites} sites x "
         f"{n_design} design points, {n_seeds} seed functions)"
     )
-    for dims in (1, 2):
+    for dims in dims_list:
         print(f"D={dims}  {'option':18s}" + "".join(f"{f'l={ls}':>9s}" for ls in lengthscales))
         encoding = UnitCubeEncoding([Dimension("float", 0.0, 1.0)] * dims)
         table = {name: [] for name in options}
@@ -439,7 +441,9 @@ def main() -> None:
     parser.add_argument("--methods", default=None, help="comma-separated subset of methods")
     parser.add_argument("--overhead", type=int, default=0, help="only time N trials per sampler")
     parser.add_argument(
-        "--features", action="store_true", help="only compare the shared-feature options"
+        "--features",
+        default=None,
+        help="only compare the shared-feature options, in these dimensions (e.g. 1,2)",
     )
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args()
@@ -449,7 +453,7 @@ def main() -> None:
         overhead(args.overhead)
         return
     if args.features:
-        feature_options(args.seeds or 10)
+        feature_options(args.seeds or 10, tuple(int(d) for d in args.features.split(",")))
         return
     n_seeds = args.seeds or (3 if args.quick else 10)
     n = args.sites
