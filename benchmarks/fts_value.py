@@ -329,14 +329,15 @@ def feature_options(
     default's aggregation without DP). Reported: the regret of the broadcast's maximizer
     (``max f - f(argmax g)``), mean over seed functions. Features: SE with one lengthscale
     (0.2: the first release; 0.05), and multi-scale (log-uniform 0.02-0.5) with equal prior
-    scales or with each site's scale window and noise chosen by marginal likelihood (the
-    default), with ``M`` = 100 and 200.
+    scales (the default) or with each site's scale window
+    (:func:`~optuna_fedbo.core.rff.scale_window`) and noise chosen by marginal likelihood,
+    with ``M`` = 100 and 200.
     """
-    from optuna_fedbo.core.local_model import ModelSelection
     from optuna_fedbo.core.local_model import normalization
     from optuna_fedbo.core.posterior import SufficientStatistics
     from optuna_fedbo.core.rff import MULTISCALE_RANGE
     from optuna_fedbo.core.rff import RandomFourierFeatures
+    from optuna_fedbo.core.rff import scale_window
     from optuna_fedbo.core.space import Dimension
     from optuna_fedbo.core.space import UnitCubeEncoding
 
@@ -367,6 +368,12 @@ def feature_options(
                 designs = [encoding.space_filling(n_design, rng) for _ in range(n_sites)]
                 for name, (scale, m, select) in options.items():
                     features = RandomFourierFeatures(dims, m, scale, seed=seed)
+                    windows = {
+                        m: [
+                            None if c is None else scale_window(features.lengthscales, c)
+                            for c in (None, 0.02, 0.05, 0.1, 0.2, 0.5)
+                        ]
+                    }
                     mean = np.zeros(m)
                     for design in designs:
                         values = (base(design) - low) / (high - low)
@@ -375,8 +382,13 @@ def feature_options(
                         stats.add(features(design), values)
                         location = normalization(values, "shared", n_design)
                         if select:
-                            posterior = ModelSelection(features.lengthscales).posterior(
-                                stats, location
+                            posterior = max(
+                                (
+                                    stats.posterior(lam, standardize=location, prior_scales=s)
+                                    for s in windows[m]
+                                    for lam in (1e-3, 1e-2, 1e-1)
+                                ),
+                                key=lambda p: p.log_marginal_likelihood(),
                             )
                         else:
                             posterior = stats.posterior(1e-2, standardize=location)

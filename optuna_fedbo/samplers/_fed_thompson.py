@@ -23,7 +23,6 @@ from optuna_fedbo.core.acquisition import LinearAcquisition
 from optuna_fedbo.core.acquisition import maximize
 from optuna_fedbo.core.acquisition import RegionwiseLinear
 from optuna_fedbo.core.acquisition import ScaledFunction
-from optuna_fedbo.core.local_model import ModelSelection
 from optuna_fedbo.core.local_model import normalization
 from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.posterior import SufficientStatistics
@@ -84,8 +83,7 @@ class FedThompsonSampler(BaseSampler):
 
     In both cases, after every finished trial it fits its posterior over the shared random
     features to its values, oriented for maximization and normalized as
-    ``FTSConfig.normalization`` says (with multi-scale features, the prior weight of each scale
-    and the noise variance are chosen by marginal likelihood on its own values), and uploads
+    ``FTSConfig.normalization`` says, and uploads
     ``omega_{n,t}`` to the open round: the posterior mean by default, a posterior draw (the
     papers' Thompson sample) with ``transfer="schedule"``. Errors there are logged, never
     raised into ``study.optimize``.
@@ -158,12 +156,6 @@ class FedThompsonSampler(BaseSampler):
         self._partition = federation.partition()
         self._space = {n: d for n, d in federation.search_space.items() if not d.single()}
         self._observations = TrialObservations(self._encoder, [self._features])
-        if fts.lengthscale is None:
-            self._selection = ModelSelection(self._features.lengthscales)
-        else:
-            self._selection = ModelSelection(
-                self._features.lengthscales, (None,), (fts.noise_variance,)
-            )
         # The participant's own space-filling initial design (from its own seed).
         self._design_rng = np.random.default_rng(None if seed is None else [seed, 1])
         self._design: np.ndarray | None = None
@@ -348,7 +340,9 @@ class FedThompsonSampler(BaseSampler):
         self, statistics: SufficientStatistics | None = None, extra: float | None = None
     ) -> LinearPosterior:
         statistics = statistics or self._observations.statistics[0]
-        return self._selection.posterior(statistics, self._normalization(extra))
+        return statistics.posterior(
+            self._fts.noise_variance, standardize=self._normalization(extra)
+        )
 
     def _maximize(
         self, function: AcquisitionFunction, extra: np.ndarray | None = None
