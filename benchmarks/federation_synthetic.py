@@ -133,6 +133,10 @@ def fts_config(**overrides) -> FTSConfig:
         "weight_hold_rounds": 5,
         "weight_decay_rounds": 5,
         "schedule": "1-1/sqrt(t)",
+        # The papers' algorithm (not the package's default sampler), per-participant values.
+        "normalization": "participant",
+        "initial_design": "uniform",
+        "transfer": "schedule",
     }
     return FTSConfig(**{**base, **overrides})
 
@@ -144,7 +148,7 @@ HOMOGENEOUS = {
     "FTS-DE P=2": fts_config(n_subregions=2),
     "FTS-DE P=3": fts_config(n_subregions=3),
     "FTS-DE P=4": fts_config(n_subregions=4),
-    "FTS-DE P=4, raw values": fts_config(n_subregions=4, standardize=False),
+    "FTS-DE P=4, raw values": fts_config(n_subregions=4, normalization="raw"),
     "FTS-DE P=2, equal weights": fts_config(
         n_subregions=2, weight_hold_rounds=0, weight_decay_rounds=0
     ),

@@ -58,7 +58,7 @@ def test_fed_sampler_is_the_protocols_sampler() -> None:
 
 
 def test_counts_tell_initial_local_and_federated_trials() -> None:
-    fed = _fts(n_clients=1, schedule="1-1/t")  # p_1 = 0: the first BO trial is federated
+    fed = _fts(n_clients=1, schedule="1-1/t", transfer="schedule")  # p_1 = 0: federated first
     sampler = fb.FedSampler(fed, client_id="solo", seed=1, n_candidates=64)
     server = FederationServer(fed)
     study = optuna.create_study(direction="maximize", sampler=sampler)

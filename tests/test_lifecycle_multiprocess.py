@@ -170,7 +170,7 @@ def test_a_crashed_participant_does_not_stall_the_others_and_serve_ends(tmp_path
     # After the crash, rounds close on the timeout with the two running participants.
     assert ("2", "timeout") in {(n, reason) for _, n, reason in rounds}, server_out
     for outcome in outcomes:
-        assert outcome["modes"][N_INIT] == "federated"  # 1 - p_1 = 1: the broadcast is used
+        assert outcome["modes"][N_INIT] == "transfer"  # the broadcast is the GP's prior mean
         assert outcome["counts"]["federated"] >= 1
     # The final summary: rounds, privacy, every participant's trials by kind.
     assert f"federation {name}: {len(rounds)} rounds published; no differential privacy" in (

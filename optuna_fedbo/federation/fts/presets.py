@@ -8,10 +8,13 @@ real-world setting with its privacy: ``M = 100``, ``P = 4``, ``S = 22``, ``q = 0
 ``1 - p_t = 1/t``, ``n_init = 10``, ``delta = 1/N^1.1``, moments accountant.
 :func:`dp_fts_de_privacy` returns that :class:`DPConfig` alone.
 
-Every preset takes keyword overrides of any field of the configuration(s) it returns. The shared
-features keep this package's lengthscale (0.2 in unit-cube coordinates) rather than the papers'
-0.01, with which a shared vector carries almost no signal about a function on ``[0, 1]^D``; pass
-``lengthscale=0.01`` to reproduce the papers' features exactly.
+Every preset takes keyword overrides of any field of the configuration(s) it returns. The presets
+run the papers' algorithms (:data:`PAPER_ALGORITHM`: single-lengthscale features, uniform
+initial points, the ``p_t`` schedule between local Thompson sampling and the broadcast) rather
+than :class:`FTSConfig`'s defaults. The shared features keep this package's lengthscale (0.2 in
+unit-cube coordinates) rather than the papers' 0.01, with which a shared vector carries almost no
+signal about a function on ``[0, 1]^D``, and values are standardized per participant; pass
+``lengthscale=0.01`` and ``normalization="raw"`` for the papers' features and values.
 """
 
 from __future__ import annotations
@@ -24,6 +27,14 @@ from optuna_fedbo.federation.dp_config import PAPER_DELTA
 from optuna_fedbo.federation.fts.config import FTSConfig
 from optuna_fedbo.federation.preset import Preset
 
+#: The fields that select the papers' algorithms instead of the package's default sampler.
+PAPER_ALGORITHM: dict[str, Any] = {
+    "lengthscale": 0.2,
+    "normalization": "participant",
+    "initial_design": "uniform",
+    "transfer": "schedule",
+}
+
 
 def fts(**overrides: Any) -> FTSConfig:
     """The original FTS (real-world experiments of the FTS paper).
@@ -33,7 +44,12 @@ def fts(**overrides: Any) -> FTSConfig:
     with ``p_1 = p_2`` (schedule ``"fts"``), 10 initial points.
     """
     base = FTSConfig(
-        n_features=100, n_subregions=1, aggregation="sample", schedule="fts", n_init=10
+        n_features=100,
+        n_subregions=1,
+        aggregation="sample",
+        schedule="fts",
+        n_init=10,
+        **PAPER_ALGORITHM,
     )
     return dataclasses.replace(base, **overrides)
 
@@ -55,6 +71,7 @@ def fts_de(**overrides: Any) -> FTSConfig:
         init_in_subregion=True,
         aggregation="weighted",
         schedule="1-1/t",
+        **PAPER_ALGORITHM,
     )
     return dataclasses.replace(base, **overrides)
 

@@ -1,0 +1,115 @@
+"""Multi-scale features and the broadcast's prior weight against their closed forms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from optuna_fedbo.core.posterior import SufficientStatistics
+from optuna_fedbo.core.rff import mixture_kernel
+from optuna_fedbo.core.rff import RandomFourierFeatures
+from optuna_fedbo.core.rff import scale_window
+from optuna_fedbo.core.rff import se_kernel
+from optuna_fedbo.core.transfer import prior_weight
+
+
+def test_mixture_kernel_is_the_average_of_se_kernels() -> None:
+    distances = np.array([0.0, 0.01, 0.05, 0.1, 0.3, 1.0])
+    logs = np.linspace(np.log(0.02), np.log(0.5), 20001)
+    numeric = np.mean([se_kernel(distances, np.exp(u)) for u in logs], axis=0)
+    np.testing.assert_allclose(mixture_kernel(distances, 0.02, 0.5), numeric, atol=1e-4)
+    assert mixture_kernel(np.array([0.0]), 0.02, 0.5)[0] == 1.0
+
+
+def test_multiscale_features_approximate_the_mixture_kernel() -> None:
+    # E[phi(x)^T phi(y)] = k(|x - y|) for the log-uniform scale mixture; averaged over seeds.
+    rng = np.random.default_rng(0)
+    x = rng.uniform(size=(25, 2))
+    distances = np.linalg.norm(x[:, None] - x[None], axis=-1)
+    gram = np.mean(
+        [
+            (phi := RandomFourierFeatures(2, 500, (0.02, 0.5), seed=s)(x)) @ phi.T
+            for s in range(40)
+        ],
+        axis=0,
+    )
+    assert np.abs(gram - mixture_kernel(distances, 0.02, 0.5)).max() < 0.03
+    features = RandomFourierFeatures(2, 1000, (0.02, 0.5), seed=1)
+    np.testing.assert_allclose(np.linalg.norm(features(x), axis=1), 1.0)
+    # Stratified log-uniform lengthscales: one per slice of [log 0.02, log 0.5].
+    slices = np.log(features.lengthscales / 0.02) / np.log(25.0) * 1000
+    np.testing.assert_array_equal(np.floor(slices), np.arange(1000))
+
+
+def test_multiscale_gradient_matches_finite_differences() -> None:
+    features = RandomFourierFeatures(2, 60, (0.02, 0.5), seed=3)
+    rng = np.random.default_rng(4)
+    x, w = rng.uniform(size=(3, 2)), rng.standard_normal(60)
+    _, grads = features.value_and_grad(x, w)
+    eps = 1e-7
+    numeric = np.stack(
+        [(features(x + eps * e) @ w - features(x - eps * e) @ w) / (2 * eps) for e in np.eye(2)],
+        axis=1,
+    )
+    np.testing.assert_allclose(grads, numeric, rtol=1e-4, atol=1e-5)
+
+
+def test_scale_window_keeps_the_prior_variance() -> None:
+    lengthscales = RandomFourierFeatures(1, 200, (0.02, 0.5), seed=0).lengthscales
+    for center in (0.02, 0.1, 0.5):
+        scales = scale_window(lengthscales, center)
+        assert np.mean(scales**2) == pytest.approx(1.0)
+        assert lengthscales[np.argmax(scales)] == pytest.approx(center, rel=0.05)
+    np.testing.assert_array_equal(scale_window(lengthscales, None), 1.0)
+
+
+def _explicit_weight(phi, y, lam, s, g, c0, tau2):
+    # y ~ N(c g + Phi omega, lambda I), c ~ N(c0, tau^2), omega ~ N(0, diag(s^2)): explicit
+    # n x n generalized least squares for c.
+    k_inv = np.linalg.inv(phi @ np.diag(s**2) @ phi.T + lam * np.eye(len(y)))
+    precision = 1 / tau2 + g @ k_inv @ g
+    return (c0 / tau2 + g @ k_inv @ y) / precision, 1 / precision
+
+
+def _weight(stats, posterior, phi, g, y, **prior):
+    return prior_weight(posterior, phi.T @ g, float(g @ g), float(g @ y), **prior)[:2]
+
+
+def test_prior_weight_matches_the_explicit_gp() -> None:
+    rng = np.random.default_rng(0)
+    m, n, lam, c0, tau2 = 12, 9, 0.05, 1.0, 0.5
+    phi = rng.standard_normal((n, m)) / np.sqrt(m)
+    s = np.exp(rng.uniform(-0.5, 0.5, size=m))
+    g = rng.standard_normal(n)  # any prior-mean function's values at the points
+    y = 0.7 * g + 0.3 * rng.standard_normal(n)
+    stats = SufficientStatistics(m)
+    stats.add(phi, y)
+    posterior = stats.posterior(lam, standardize=False, prior_scales=s)
+    mean, variance = _weight(stats, posterior, phi, g, y, prior_mean=c0, prior_variance=tau2)
+    expected_mean, expected_variance = _explicit_weight(phi, y, lam, s, g, c0, tau2)
+    assert mean == pytest.approx(expected_mean, rel=1e-9)
+    assert variance == pytest.approx(expected_variance, rel=1e-9)
+    with pytest.raises(ValueError):
+        prior_weight(posterior, phi.T @ g, 1.0, 1.0, prior_variance=0.0)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_prior_weight_follows_the_data(seed: int) -> None:
+    # A function that predicts the data keeps its weight near one; an unrelated one gets ~0.
+    rng = np.random.default_rng(seed)
+    features = RandomFourierFeatures(2, 100, (0.02, 0.5), seed=seed)
+    x = rng.uniform(size=(40, 2))
+    phi = features(x)
+    b = rng.standard_normal(100)
+    g = phi @ b
+    for y, related in (
+        (g + 0.05 * rng.standard_normal(40), True),
+        (phi @ rng.standard_normal(100), False),
+    ):
+        stats = SufficientStatistics(100)
+        stats.add(phi, y)
+        mean, variance = _weight(stats, stats.posterior(0.01, standardize=False), phi, g, y)
+        if related:
+            assert mean == pytest.approx(1.0, abs=0.1)
+        else:
+            assert abs(mean) < min(3 * np.sqrt(variance), 0.5)
