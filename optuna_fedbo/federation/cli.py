@@ -36,6 +36,7 @@ from optuna_fedbo.federation.fts.presets import PRIVACY_PRESETS
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
 from optuna_fedbo.federation.store import ServerSupersededError
+from optuna_fedbo.privacy._rng import refuse_insecure_noise_seed
 
 
 def _read_json(text: str) -> object:
@@ -56,6 +57,13 @@ def _add_target(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", required=True, help="Federation name.")
 
 
+def _add_refused_noise_seed(parser: argparse.ArgumentParser) -> None:
+    # Accepted by the parser only to be refused with a clear message (see main).
+    parser.add_argument(
+        "--insecure-noise-seed", "--noise-seed", dest="insecure_noise_seed", help=argparse.SUPPRESS
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="optuna-fedbo", description="Federated Bayesian optimization over Optuna storages."
@@ -65,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
 
     create = commands.add_parser("create", help="Create a federation.")
     _add_target(create)
+    _add_refused_noise_seed(create)
     create.add_argument(
         "--search-space",
         required=True,
@@ -102,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
         ),
     )
     _add_target(serve)
+    _add_refused_noise_seed(serve)
     serve.add_argument("--poll-interval", type=float, default=1.0, help="Seconds between polls.")
     serve.add_argument(
         "--round-timeout",
@@ -256,6 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("optuna_fedbo").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     handlers = {"create": _create, "serve": _serve, "status": _status}
     try:
+        if getattr(args, "insecure_noise_seed", None) is not None:
+            refuse_insecure_noise_seed(f"optuna-fedbo {args.command}")
         return handlers[args.command](args)
     except (KeyError, ValueError, OSError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
