@@ -28,7 +28,6 @@ import federation_synthetic as fs
 import numpy as np
 
 from optuna_fedbo.federation import FTSConfig
-from optuna_fedbo.federation import simulate
 from optuna_fedbo.federation.dp_config import DPConfig
 from optuna_fedbo.privacy import compute_epsilon
 
@@ -66,18 +65,8 @@ def run_private(
     privacy: DPConfig | None,
 ) -> Run:
     """Simulate the federation (privately if ``privacy`` is given) on the agents' functions."""
-    objectives = [fs.make_objective(v, seed * 7_919 + n) for n, v in enumerate(functions)]
     start = time.perf_counter()
-    result = simulate(
-        objectives,
-        search_space=fs.SPACE,
-        n_rounds=n_rounds,
-        protocol=protocol,
-        privacy=privacy,
-        seed=seed,
-        sampler_kwargs=fs.SAMPLER_KWARGS,
-        progress=False,
-    )
+    result = fs.run_federated(functions, n_rounds, seed, protocol, privacy)
     seconds = time.perf_counter() - start
     reports = [r for r in result.reports if r.published]
     clipped = sum(r.n_clipped or 0 for r in reports)

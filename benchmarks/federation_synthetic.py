@@ -38,8 +38,10 @@ import numpy as np
 import optuna
 
 from optuna_fedbo.federation import FTSConfig
-from optuna_fedbo.federation import simulate
+from optuna_fedbo.federation.dp_config import DPConfig
 from optuna_fedbo.samplers._rff_thompson import RFFThompsonSampler
+from optuna_fedbo.simulation import simulate
+from optuna_fedbo.simulation import SimulationResult
 
 GRID = 1000
 LENGTHSCALE = 0.03
@@ -63,10 +65,18 @@ def gp_functions(n: int, rng: np.random.Generator) -> np.ndarray:
     return (samples - low) / (high - low)
 
 
-def homogeneous(n_agents: int, rng: np.random.Generator) -> np.ndarray:
-    """``f + d`` with ``d = +-0.02`` drawn per agent and input (App. B.1.1)."""
+def homogeneous(n_agents: int, rng: np.random.Generator, offset: float = 0.02) -> np.ndarray:
+    """``f + d`` with ``d = +-offset`` drawn per agent and input (DP-FTS-DE App. B.1.1: 0.02;
+    FTS App. D.1: ``d_n`` = 0.02 or 1.2)."""
     base = gp_functions(1, rng)[0]
-    return base + rng.choice([-0.02, 0.02], size=(n_agents, GRID))
+    return base + rng.choice([-offset, offset], size=(n_agents, GRID))
+
+
+def mixed(n_agents: int, alpha: float, rng: np.random.Generator) -> np.ndarray:
+    """``alpha f^n + (1 - alpha) f_base`` with independent GP samples ``f^n`` (DP-FTS-DE App.
+    B.1.2, Fig. 7: ``alpha = 0.7``, and ``alpha = 1``: independent agents)."""
+    base = gp_functions(1, rng)[0]
+    return alpha * gp_functions(n_agents, rng) + (1.0 - alpha) * base
 
 
 def make_objective(values: np.ndarray, seed: int) -> Callable[[optuna.Trial], float]:
@@ -80,47 +90,64 @@ def make_objective(values: np.ndarray, seed: int) -> Callable[[optuna.Trial], fl
     return objective
 
 
-def regret_curves(studies: list[optuna.Study], functions: np.ndarray, n_rounds: int) -> np.ndarray:
+def regret_curves(
+    studies: list[optuna.Study], functions: np.ndarray, n_rounds: int, n_init: int = N_INIT
+) -> np.ndarray:
     """Simple regret per agent after round 0 (initial design) and each BO round."""
     curves = np.zeros((len(studies), n_rounds + 1))
     for n, study in enumerate(studies):
         found = np.maximum.accumulate([t.user_attrs["f"] for t in study.trials])
-        curves[n] = functions[n].max() - found[N_INIT - 1 :][: n_rounds + 1]
+        curves[n] = functions[n].max() - found[n_init - 1 :][: n_rounds + 1]
     return curves
 
 
-def run_local_ts(functions: np.ndarray, n_rounds: int, seed: int) -> list[optuna.Study]:
+def run_local_ts(
+    functions: np.ndarray, n_rounds: int, seed: int, n_init: int = N_INIT
+) -> list[optuna.Study]:
+    """Local TS on every agent: the same features and model, no federation."""
     studies = []
     for n, values in enumerate(functions):
         sampler = RFFThompsonSampler(
             n_features=N_FEATURES,
             lengthscale=LENGTHSCALE,
             noise_variance=MODEL_NOISE,
-            n_startup_trials=N_INIT,
+            n_startup_trials=n_init,
             feature_seed=seed,
             seed=seed * 100_003 + n,
             **SAMPLER_KWARGS,
         )
         study = optuna.create_study(direction="maximize", sampler=sampler)
-        study.optimize(make_objective(values, seed * 7_919 + n), n_trials=N_INIT + n_rounds)
+        study.optimize(make_objective(values, seed * 7_919 + n), n_trials=n_init + n_rounds)
         studies.append(study)
     return studies
 
 
 def run_federated(
-    functions: np.ndarray, n_rounds: int, seed: int, protocol: FTSConfig
-) -> list[optuna.Study]:
+    functions: np.ndarray,
+    n_rounds: int,
+    seed: int,
+    protocol: FTSConfig,
+    privacy: DPConfig | None = None,
+    insecure_noise_seed: int | None = None,
+) -> SimulationResult:
+    """Simulate the federation (privately if ``privacy`` is given) on the agents' functions.
+
+    The objectives' noise depends only on ``seed`` and the agent, so methods run on the same
+    seed see the same noise; ``insecure_noise_seed`` makes the DP noise repeatable (research
+    runs only).
+    """
     objectives = [make_objective(v, seed * 7_919 + n) for n, v in enumerate(functions)]
-    result = simulate(
+    return simulate(
         objectives,
         search_space=SPACE,
         n_rounds=n_rounds,
         protocol=protocol,
+        privacy=privacy,
         seed=seed,
         sampler_kwargs=SAMPLER_KWARGS,
         progress=False,
+        insecure_noise_seed=insecure_noise_seed,
     )
-    return result.studies
 
 
 def fts_config(**overrides) -> FTSConfig:
@@ -173,7 +200,7 @@ def run_suite(
             if protocol is None:
                 studies = run_local_ts(functions, n_rounds, seed)
             else:
-                studies = run_federated(functions, n_rounds, seed, protocol)
+                studies = run_federated(functions, n_rounds, seed, protocol).studies
             seconds[name] += time.perf_counter() - start
             curves[name].append(regret_curves(studies, functions, n_rounds))
     return {k: np.concatenate(v) for k, v in curves.items()}, seconds
