@@ -26,6 +26,7 @@ import time
 
 import federation_synthetic as fs
 import numpy as np
+import seedstats as st
 
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation.dp_config import DPConfig
@@ -110,9 +111,9 @@ def epsilons(q: float, z: float, rounds: int, n_agents: int) -> dict[str, float]
 
 
 def merge(runs: list[Run]) -> Run:
-    """Pool the runs of several seeds."""
+    """Pool the runs of several seed functions: one mean curve (over agents) per function."""
     return Run(
-        curves=np.concatenate([r.curves for r in runs]),
+        curves=np.stack([r.curves.mean(axis=0) for r in runs]),
         clipped=sum(r.clipped for r in runs),
         contributed=sum(r.contributed for r in runs),
         published=runs[0].published,
@@ -122,10 +123,9 @@ def merge(runs: list[Run]) -> Run:
 
 
 def regret_cell(curves: np.ndarray, round_index: int) -> str:
-    """``mean+-standard error`` of the simple regret at a round, over agents and seeds."""
-    values = curves[:, round_index]
-    error = values.std(ddof=1) / math.sqrt(len(values))
-    return f"{values.mean():.4f}+-{error:.4f}"
+    """``mean+-standard error`` of the simple regret at a round, over seed functions."""
+    mean, error = st.mean_se(curves[:, round_index])
+    return f"{mean:.4f}+-{error:.4f}"
 
 
 def clipped_percent(run: Run) -> str:

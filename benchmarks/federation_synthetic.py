@@ -10,13 +10,14 @@ Fig. 7b) gives each of 50 agents an independent function and compares ``1 - p_t 
 ``1/t`` and ``1/t^2``.
 
 The metric is the simple regret of every agent, ``max f^n - max_{s <= t} f^n(x_s)`` on the
-noiseless values, averaged over agents (and seeds), after the initial design (round 0) and after
-each BO round. All methods use the same random features (lengthscale 0.03: the kernel the
-functions are drawn from) and the same Bayesian linear model; local TS draws its 10 initial points
-from the whole domain. Participants standardize their values (the library default) except in
-the "raw values" row, which shares the common ``[0, 1]`` scale of the functions: with per-agent
-standardization, agents that have only seen their own sub-region rescale it to their own mean
-and spread, which biases the comparison between sub-regions (more so with more sub-regions).
+noiseless values, averaged over agents, after the initial design (round 0) and after each BO round;
+error bars are standard errors over seed functions. All methods use the same random features
+(lengthscale 0.03: the kernel the functions are drawn from) and the same Bayesian linear model;
+local TS draws its 10 initial points from the whole domain. Participants standardize their values
+(the library default) except in the "raw values" row, which shares the common ``[0, 1]`` scale of
+the functions: with per-agent standardization, agents that have only seen their own sub-region
+rescale it to their own mean and spread, which biases the comparison between sub-regions (more so
+with more sub-regions).
 
 Expected (papers): on similar agents FTS-DE < FTS < TS in regret, and more sub-regions help; both
 DE components matter (equal weights, or initial points from the whole domain, are worse); on
@@ -36,6 +37,7 @@ import time
 
 import numpy as np
 import optuna
+import seedstats as st
 
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation.dp_config import DPConfig
@@ -202,8 +204,8 @@ def run_suite(
             else:
                 studies = run_federated(functions, n_rounds, seed, protocol).studies
             seconds[name] += time.perf_counter() - start
-            curves[name].append(regret_curves(studies, functions, n_rounds))
-    return {k: np.concatenate(v) for k, v in curves.items()}, seconds
+            curves[name].append(regret_curves(studies, functions, n_rounds).mean(axis=0))
+    return {k: np.stack(v) for k, v in curves.items()}, seconds
 
 
 def print_table(title: str, curves: dict[str, np.ndarray], seconds: dict[str, float]) -> None:
@@ -218,11 +220,13 @@ def print_table(title: str, curves: dict[str, np.ndarray], seconds: dict[str, fl
     for name, curve in curves.items():
         cells = ""
         for r in checkpoints:
-            mean = curve[:, r].mean()
-            error = curve[:, r].std(ddof=1) / np.sqrt(len(curve))
+            mean, error = st.mean_se(curve[:, r])
             cells += f"{mean:9.4f}+-{error:.3f}"
         print(f"{name:32s}{cells}{curve[:, 1:].mean():9.4f}{seconds[name]:9.1f}")
-    print("(simple regret, mean +- standard error over agents x seeds; 'mean' over t = 1..T)")
+    print(
+        "(simple regret averaged over agents; mean +- standard error over seed functions; "
+        "'mean' over t = 1..T)"
+    )
 
 
 def plot(results: list[tuple[str, dict[str, np.ndarray]]], path: str) -> None:
@@ -233,17 +237,7 @@ def plot(results: list[tuple[str, dict[str, np.ndarray]]], path: str) -> None:
 
     fig, axes = plt.subplots(1, len(results), figsize=(6.5 * len(results), 4.5))
     for axis, (title, curves) in zip(np.atleast_1d(axes), results):
-        for name, curve in curves.items():
-            mean = curve.mean(axis=0)
-            error = curve.std(axis=0, ddof=1) / np.sqrt(len(curve))
-            rounds = np.arange(len(mean))
-            axis.plot(rounds, mean, label=name)
-            axis.fill_between(rounds, mean - error, mean + error, alpha=0.2)
-        axis.set_title(title)
-        axis.set_xlabel("BO round t (0 = after the initial design)")
-        axis.set_ylabel("simple regret")
-        axis.set_yscale("log")
-        axis.legend(fontsize=8)
+        st.plot_curves(axis, curves, title=title)
     fig.tight_layout()
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fig.savefig(path, dpi=120)
@@ -254,7 +248,7 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=200)
     parser.add_argument("--heterogeneous-agents", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=40)
-    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
