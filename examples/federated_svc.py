@@ -38,7 +38,7 @@ from sklearn.svm import SVC
 
 from optuna_fedbo import RFFThompsonSampler
 from optuna_fedbo.datasets import label_skewed_shards
-from optuna_fedbo.federation import presets
+from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation import simulate
 
 SEARCH_SPACE = {
@@ -118,10 +118,14 @@ def main() -> None:
     n_rounds = args.trials - args.n_init
     methods = {
         "FTS-DE (P=4)": lambda objs, seed: run_federated(
-            objs, presets.dp_fts_de(n_init=args.n_init), n_rounds, seed, args.storage
+            objs, FTSConfig(n_subregions=4, n_init=args.n_init), n_rounds, seed, args.storage
         ),
         "FTS (original)": lambda objs, seed: run_federated(
-            objs, presets.fts(n_init=args.n_init), n_rounds, seed, args.storage
+            objs,
+            FTSConfig(aggregation="sample", schedule="fts", n_init=args.n_init),
+            n_rounds,
+            seed,
+            args.storage,
         ),
         "local RFF-TS": lambda objs, seed: run_local(
             objs,
