@@ -40,6 +40,7 @@ import optuna
 import seedstats as st
 
 from optuna_fedbo.federation import FTSConfig
+from optuna_fedbo.federation import presets
 from optuna_fedbo.federation.dp_config import DPConfig
 from optuna_fedbo.samplers._rff_thompson import RFFThompsonSampler
 from optuna_fedbo.simulation import simulate
@@ -162,6 +163,9 @@ def fts_config(**overrides) -> FTSConfig:
         "weight_hold_rounds": 5,
         "weight_decay_rounds": 5,
         "schedule": "1-1/sqrt(t)",
+        # The papers' algorithm on per-participant standardized values (see the module doc).
+        **presets.PAPER_ALGORITHM,
+        "normalization": "participant",
     }
     return FTSConfig(**{**base, **overrides})
 
@@ -173,7 +177,7 @@ HOMOGENEOUS = {
     "FTS-DE P=2": fts_config(n_subregions=2),
     "FTS-DE P=3": fts_config(n_subregions=3),
     "FTS-DE P=4": fts_config(n_subregions=4),
-    "FTS-DE P=4, raw values": fts_config(n_subregions=4, standardize=False),
+    "FTS-DE P=4, raw values": fts_config(n_subregions=4, normalization="raw"),
     "FTS-DE P=2, equal weights": fts_config(
         n_subregions=2, weight_hold_rounds=0, weight_decay_rounds=0
     ),

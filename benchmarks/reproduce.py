@@ -135,6 +135,10 @@ class Task:
     seed: int
 
 
+#: The product defaults with P = 2, and the paper's 10 initial points for an equal budget.
+PRODUCT_DEFAULTS = FTSConfig(n_subregions=2, n_init=fs.N_INIT)
+
+
 def _synthetic() -> FTSConfig:
     return presets.dp_fts_de_synthetic()
 
@@ -166,9 +170,12 @@ def fts_family_tasks(scale: Scale) -> list[Task]:
         (
             0,
             similar,
-            Method("FTS-DE P=2, per-participant standardization", replace(de, standardize=True)),
+            Method(
+                "FTS-DE P=2, per-participant standardization",
+                replace(de, normalization="participant"),
+            ),
         ),
-        (0, similar, Method("FTS-DE P=2, product defaults", FTSConfig(n_subregions=2))),
+        (0, similar, Method("FTS-DE P=2, product defaults", PRODUCT_DEFAULTS)),
         # Fig. 2c/d, Fig. 4.
         (1, similar, Method("DP-FTS-DE q=0.25 z=1", de, base)),
         (1, similar, Method("DP-FTS-DE q=0.15 z=1", de, Privacy(0.15, 1.0))),
@@ -940,10 +947,11 @@ def dp_fts_de_section(report: Report, results: Results) -> None:
 
     # Paper preset against product defaults.
     text.append("### Paper preset against product defaults (same functions)\n")
-    defaults = FTSConfig(n_subregions=2)
+    defaults = PRODUCT_DEFAULTS
     text.append(
         "Rows: the paper preset (raw values); the same with per-participant standardization "
-        f"(the library's former default); `FTSConfig(n_subregions=2)`, the product defaults "
+        f"(the library's former default); `FTSConfig(n_subregions=2, n_init=10)`, the product "
+        "defaults with the paper's 10 initial points for an equal budget "
         f"(`{defaults}`).\n"
     )
     compare_labels = [

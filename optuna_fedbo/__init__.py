@@ -16,6 +16,7 @@ from optuna_fedbo.samplers import FedPNEPhaseTimeout
 from optuna_fedbo.samplers import FedPNESampler
 from optuna_fedbo.samplers import FedThompsonSampler
 from optuna_fedbo.samplers import LDPUCBSampler
+from optuna_fedbo.samplers import LocalGPSampler
 from optuna_fedbo.samplers import RFFThompsonSampler
 from optuna_fedbo.simulation import simulate
 from optuna_fedbo.simulation import simulate_fedpne
@@ -32,6 +33,7 @@ __all__ = [
     "Federation",
     "LDPUCBSampler",
     "LaplaceMechanism",
+    "LocalGPSampler",
     "FederationServer",
     "ProtocolConfig",
     "RFFThompsonSampler",

@@ -14,6 +14,7 @@ from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation import simulate
 from optuna_fedbo.federation.dp_config import DPConfig
+from optuna_fedbo.federation.fts.presets import PAPER_ALGORITHM
 from optuna_fedbo.samplers import FedThompsonSampler
 
 SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
@@ -52,7 +53,9 @@ def test_synchronous_participants_do_not_hang_at_the_budget(
         "sync",
         search_space=SPACE,
         n_clients=2,
-        protocol=FTSConfig(n_features=16, n_init=N_INIT, n_subregions=2, schedule="1-1/t^2"),
+        protocol=FTSConfig(
+            n_features=16, n_init=N_INIT, n_subregions=2, schedule="1-1/t^2", **PAPER_ALGORITHM
+        ),
         privacy=_budget_for(3, 2),
         seed=5,
     )
@@ -119,7 +122,9 @@ def test_simulation_falls_back_to_local_ts_at_the_budget() -> None:
         [_objective(0.05 * i) for i in range(n_clients)],
         search_space=SPACE,
         n_rounds=n_rounds,
-        protocol=FTSConfig(n_features=16, n_init=N_INIT, n_subregions=2, schedule="1-1/t"),
+        protocol=FTSConfig(
+            n_features=16, n_init=N_INIT, n_subregions=2, schedule="1-1/t", **PAPER_ALGORITHM
+        ),
         privacy=_budget_for(3, n_clients),
         sampler_kwargs=SAMPLER,
         progress=False,
@@ -143,7 +148,7 @@ def test_without_a_budget_dp_rounds_are_used_and_accounted() -> None:
         [_objective(0.05 * i) for i in range(n_clients)],
         search_space=SPACE,
         n_rounds=n_rounds,
-        protocol=FTSConfig(n_features=16, n_init=N_INIT, n_subregions=2),
+        protocol=FTSConfig(n_features=16, n_init=N_INIT, n_subregions=2, **PAPER_ALGORITHM),
         privacy=privacy,
         sampler_kwargs=SAMPLER,
         progress=False,

@@ -20,6 +20,7 @@ from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation import simulate
 from optuna_fedbo.federation.fts.messages import parse_broadcast
+from optuna_fedbo.federation.fts.presets import PAPER_ALGORITHM
 from optuna_fedbo.samplers._fed_thompson import FedThompsonSampler
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -37,7 +38,8 @@ def propagate():
 
 
 def _federation(space=UNIT, n_clients: int = 2, **protocol) -> Federation:
-    config = FTSConfig(**{"n_features": 50, "n_init": 3, **protocol})
+    # These tests exercise the papers' algorithm; tests/test_fts_default.py the default.
+    config = FTSConfig(**{"n_features": 50, "n_init": 3, **PAPER_ALGORITHM, **protocol})
     return Federation.create(
         f"fed-{next(_names)}", search_space=space, n_clients=n_clients, protocol=config, seed=3
     )
@@ -387,7 +389,7 @@ def test_simulate_runs_lock_step_rounds_and_returns_a_tidy_table() -> None:
         objectives,
         search_space=UNIT,
         n_rounds=5,
-        protocol=FTSConfig(n_features=50, n_init=3, n_subregions=2),
+        protocol=FTSConfig(n_features=50, n_init=3, n_subregions=2, **PAPER_ALGORITHM),
         progress=False,
         seed=1,
     )
@@ -404,7 +406,7 @@ def test_simulate_runs_lock_step_rounds_and_returns_a_tidy_table() -> None:
         objectives,
         search_space=UNIT,
         n_rounds=5,
-        protocol=FTSConfig(n_features=50, n_init=3, n_subregions=2),
+        protocol=FTSConfig(n_features=50, n_init=3, n_subregions=2, **PAPER_ALGORITHM),
         progress=False,
         seed=1,
         as_table=True,

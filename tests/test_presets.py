@@ -18,7 +18,8 @@ def test_dp_fts_de_real_world_preset_is_the_papers() -> None:
     assert (de.weight_hold_rounds, de.weight_decay_rounds) == (10, 30)
     assert (de.lengthscale, de.noise_variance) == (0.01, 1e-6)
     assert de.schedule == "1-1/t" and de.aggregation == "weighted" and de.init_in_subregion
-    assert de.standardize is False  # raw values: the papers' zero-mean GP
+    # The papers' algorithm: raw values (zero-mean GP), uniform initial points, the p_t schedule.
+    assert (de.normalization, de.initial_design, de.transfer) == ("raw", "uniform", "schedule")
     assert presets.dp_fts().n_subregions == 1
     assert presets.dp_fts().noise_variance == 1e-6
 
@@ -28,7 +29,7 @@ def test_dp_fts_de_synthetic_preset_is_the_papers() -> None:
     assert (synthetic.n_features, synthetic.n_subregions) == (50, 2)
     assert (synthetic.weight_hold_rounds, synthetic.weight_decay_rounds) == (5, 5)
     assert (synthetic.lengthscale, synthetic.noise_variance) == (0.03, 0.01)
-    assert synthetic.schedule == "1-1/sqrt(t)" and synthetic.standardize is False
+    assert synthetic.schedule == "1-1/sqrt(t)" and synthetic.normalization == "raw"
     assert presets.dp_fts_synthetic().n_subregions == 1
     privacy = presets.dp_fts_de_synthetic_privacy()
     assert (privacy.noise_multiplier, privacy.sample_rate, privacy.accountant) == (
@@ -51,7 +52,8 @@ def test_fts_presets_are_the_papers() -> None:
     )
     synthetic = presets.fts_synthetic()
     assert (synthetic.lengthscale, synthetic.noise_variance, synthetic.n_init) == (0.03, 0.01, 1)
-    assert synthetic.schedule == "1-1/sqrt(t)" and synthetic.standardize is False
+    assert synthetic.schedule == "1-1/sqrt(t)" and synthetic.normalization == "raw"
+    assert (fts.transfer, synthetic.transfer) == ("schedule", "schedule")
 
 
 def test_fed_pne_preset_is_the_papers() -> None:
@@ -89,7 +91,9 @@ def test_values_the_paper_uses_do_not_warn(make, overrides) -> None:  # noqa: AN
     "make, overrides, field",
     [
         (presets.dp_fts_de_synthetic, {"lengthscale": 0.2}, "lengthscale"),
-        (presets.dp_fts_de_synthetic, {"standardize": True}, "standardize"),
+        (presets.dp_fts_de_synthetic, {"normalization": "shared"}, "normalization"),
+        (presets.dp_fts_de, {"transfer": "prior"}, "transfer"),
+        (presets.fts, {"lengthscale": None}, "lengthscale"),
         (presets.dp_fts_de, {"weight_hold_rounds": 0, "weight_decay_rounds": 0}, "weight_"),
         (presets.dp_fts, {"n_subregions": 2}, "n_subregions"),
         (presets.fts, {"schedule": "1-1/t"}, "schedule"),

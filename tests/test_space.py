@@ -148,3 +148,19 @@ def test_wrong_shapes_are_rejected() -> None:
         encoding.decode(np.zeros((2, 3)))
     with pytest.raises(ValueError):
         Box(np.array([0.5]), np.array([0.2]))
+
+
+def test_space_filling_design_is_a_latin_hypercube_in_the_box() -> None:
+    encoding = UnitCubeEncoding(
+        [Dimension("float", 0, 1), Dimension("float", 0, 1), Dimension("categorical", n_choices=3)]
+    )
+    box = Box(np.array([0.5, 0.0, 0.0, 0.0, 0.0]), np.array([1.0, 0.5, 1.0, 1.0, 1.0]))
+    design = encoding.space_filling(6, np.random.default_rng(0), box)
+    assert box.contains(design).all()
+    # One point in each sixth of each numeric range; each category twice.
+    np.testing.assert_array_equal(np.sort(np.floor((design[:, 0] - 0.5) * 12)), np.arange(6))
+    np.testing.assert_array_equal(np.sort(np.floor(design[:, 1] * 12)), np.arange(6))
+    np.testing.assert_array_equal(design[:, 2:].sum(axis=0), [2, 2, 2])
+    again = encoding.space_filling(6, np.random.default_rng(0), box)
+    np.testing.assert_array_equal(design, again)
+    assert not np.allclose(design, encoding.space_filling(6, np.random.default_rng(1), box))

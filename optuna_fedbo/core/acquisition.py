@@ -9,6 +9,7 @@ stepped columns are refined as continuous and then rounded.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -173,3 +174,51 @@ def _refine(
     points = fixed.copy()
     points[:, free] = np.clip(result.x.reshape(n_starts, -1), box.low[free], box.high[free])
     return points
+
+
+class ScaledFunction:
+    """``c f(x)`` for an acquisition-like function ``f`` (e.g. a weighted broadcast)."""
+
+    def __init__(self, function: AcquisitionFunction, weight: float) -> None:
+        self._function = function
+        self._weight = float(weight)
+
+    def values(self, x: np.ndarray) -> np.ndarray:
+        return self._weight * self._function.values(x)
+
+    def values_and_grads(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        values, grads = self._function.values_and_grads(x)
+        return self._weight * values, self._weight * grads
+
+
+class RegionwiseLinear:
+    """``phi(x)^T w_{i[x]}``: one weight vector per sub-region (FTS-DE's broadcast function).
+
+    Args:
+        features: The random features ``phi``.
+        weights: One vector per sub-region, shape ``(P, M)``.
+        region_of: Maps encoded points ``(n, D)`` to their sub-region indices ``(n,)``.
+    """
+
+    def __init__(
+        self,
+        features: RandomFourierFeatures,
+        weights: np.ndarray,
+        region_of: Callable[[np.ndarray], np.ndarray],
+    ) -> None:
+        weights = np.asarray(weights, dtype=float)
+        if weights.ndim != 2 or weights.shape[1] != features.n_features:
+            raise ValueError(f"Expected weights of shape (P, {features.n_features}).")
+        self._features = features
+        self._weights = weights
+        self._region_of = region_of
+
+    def values(self, x: np.ndarray) -> np.ndarray:
+        phi = self._features(x)
+        return np.einsum("nm,nm->n", phi, self._weights[self._region_of(x)])
+
+    def values_and_grads(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        chosen = self._weights[self._region_of(x)]
+        phi = self._features(x)
+        jacobian = self._features.jacobian(x)
+        return np.einsum("nm,nm->n", phi, chosen), np.einsum("nmd,nm->nd", jacobian, chosen)

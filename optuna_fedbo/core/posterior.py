@@ -71,26 +71,55 @@ class SufficientStatistics:
             std = 1.0
         return mean, std
 
-    def posterior(self, noise_variance: float, *, standardize: bool = True) -> LinearPosterior:
+    def posterior(
+        self,
+        noise_variance: float,
+        *,
+        standardize: bool | tuple[float, float] = True,
+        prior_scales: np.ndarray | None = None,
+    ) -> LinearPosterior:
         """The posterior over ``omega`` given these observations.
 
         Args:
             noise_variance: ``lambda``, the observation noise variance (relative to a unit
                 signal variance of the features).
-            standardize: Fit standardized targets ``(y - mean) / std`` instead of raw ones.
+            standardize: Fit standardized targets ``(y - mean) / std`` (``True``: this data's
+                mean and standard deviation; a pair: that fixed ``(mean, std)``) instead of raw
+                ones (``False``).
+            prior_scales: Prior standard deviations ``s`` of ``omega`` (``omega ~ N(0,
+                diag(s^2))``); ``None`` is the papers' ``N(0, I)``.
         """
-        mean, std = self.standardization() if standardize else (0.0, 1.0)
+        if standardize is True:
+            mean, std = self.standardization()
+        elif standardize is False:
+            mean, std = 0.0, 1.0
+        else:
+            mean, std = (float(v) for v in standardize)
+        feature_target, target_square_sum = self.targets(mean, std)
+        return LinearPosterior(
+            self.gram,
+            feature_target,
+            noise_variance,
+            target_square_sum,
+            self.count,
+            prior_scales=prior_scales,
+        )
+
+    def targets(self, mean: float, std: float) -> tuple[np.ndarray, float]:
+        """``Phi^T y~`` and ``y~^T y~`` of the transformed targets ``y~ = (y - mean) / std``."""
         feature_target = (self.feature_target - mean * self.feature_sum) / std
         target_square_sum = (
             self.target_square_sum - 2.0 * mean * self.target_sum + self.count * mean * mean
         ) / (std * std)
-        return LinearPosterior(
-            self.gram, feature_target, noise_variance, target_square_sum, self.count
-        )
+        return feature_target, target_square_sum
 
 
 class LinearPosterior:
     """The Gaussian posterior ``N(nu, lambda Sigma^{-1})`` of Bayesian linear regression.
+
+    With prior scales ``s`` (prior ``omega ~ N(0, diag(s^2))``) the model is the same regression
+    on the scaled features ``phi_i s_i`` with weights ``w = omega / s ~ N(0, I)``; everything
+    this class returns (mean, draws, predictions) is in terms of ``omega`` and ``phi``.
 
     Args:
         gram: ``Phi^T Phi`` of shape ``(M, M)``.
@@ -98,6 +127,7 @@ class LinearPosterior:
         noise_variance: ``lambda`` (> 0).
         target_square_sum: ``y^T y`` (only needed for the marginal likelihood).
         count: Number of observations (only needed for the marginal likelihood).
+        prior_scales: Prior standard deviations ``s`` of shape ``(M,)``; ``None``: all ones.
     """
 
     def __init__(
@@ -107,6 +137,8 @@ class LinearPosterior:
         noise_variance: float,
         target_square_sum: float = 0.0,
         count: int = 0,
+        *,
+        prior_scales: np.ndarray | None = None,
     ) -> None:
         import scipy.linalg
 
@@ -114,16 +146,33 @@ class LinearPosterior:
             raise ValueError(f"The noise variance must be positive, got {noise_variance}.")
         n_features = len(feature_target)
         self.noise_variance = float(noise_variance)
-        precision = gram.copy()
+        if prior_scales is None:
+            self.prior_scales = None
+            precision = gram.copy()
+            scaled_target = feature_target
+        else:
+            self.prior_scales = np.asarray(prior_scales, dtype=float)
+            if self.prior_scales.shape != (n_features,) or not np.all(self.prior_scales > 0):
+                raise ValueError("prior_scales must be positive, one per feature.")
+            precision = gram * np.outer(self.prior_scales, self.prior_scales)
+            scaled_target = feature_target * self.prior_scales
         precision[np.diag_indices(n_features)] += self.noise_variance
         # Inputs are finite by construction (SufficientStatistics rejects non-finite targets).
-        self._cholesky = scipy.linalg.cholesky(precision, lower=True, check_finite=False)
-        self.mean: np.ndarray = scipy.linalg.cho_solve(
-            (self._cholesky, True), feature_target, check_finite=False
+        self.cholesky = scipy.linalg.cholesky(precision, lower=True, check_finite=False)
+        self.scaled_mean = scipy.linalg.cho_solve(
+            (self.cholesky, True), scaled_target, check_finite=False
         )
-        self._feature_target = feature_target
+        self.mean: np.ndarray = self.scale(self.scaled_mean)
+        self.feature_target = np.asarray(feature_target, dtype=float)
+        self._scaled_target = scaled_target
         self._target_square_sum = float(target_square_sum)
-        self._count = count
+        self.count = count
+
+    def scale(self, w: np.ndarray) -> np.ndarray:
+        """``S w``: ``omega`` from weights ``w`` of the scaled features (``S`` acts on axis 0)."""
+        if self.prior_scales is None:
+            return w
+        return w * self.prior_scales.reshape((-1,) + (1,) * (w.ndim - 1))
 
     @property
     def n_features(self) -> int:
@@ -146,16 +195,23 @@ class LinearPosterior:
         normal = rng.standard_normal((self.n_features, n))
         # Sigma = L L^T, so L^{-T} z has covariance Sigma^{-1}.
         deviation = scipy.linalg.solve_triangular(
-            self._cholesky, normal, lower=True, trans="T", check_finite=False
+            self.cholesky, normal, lower=True, trans="T", check_finite=False
         )
-        draws = self.mean[:, None] + math.sqrt(self.noise_variance) * deviation
+        draws = self.scale(self.scaled_mean[:, None] + math.sqrt(self.noise_variance) * deviation)
         return draws[:, 0] if size is None else draws.T
 
     def solve(self, features: np.ndarray) -> np.ndarray:
-        """``Sigma^{-1} phi`` for each row ``phi`` of ``features`` (shape ``(n, M)``)."""
+        """``S Sigma^{-1} S phi`` for each row ``phi`` of ``features`` (shape ``(n, M)``).
+
+        ``Sigma`` is the precision of the scaled weights and ``S = diag(s)`` (the identity
+        without prior scales): ``lambda phi^T`` of this is the posterior variance.
+        """
         import scipy.linalg
 
-        return scipy.linalg.cho_solve((self._cholesky, True), features.T, check_finite=False).T
+        solved = scipy.linalg.cho_solve(
+            (self.cholesky, True), self.scale(features.T), check_finite=False
+        )
+        return self.scale(solved).T
 
     def predict(self, features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean ``phi^T nu`` and variance ``lambda phi^T Sigma^{-1} phi`` at features.
@@ -169,13 +225,23 @@ class LinearPosterior:
         import scipy.linalg
 
         half = scipy.linalg.solve_triangular(
-            self._cholesky, features.T, lower=True, check_finite=False
+            self.cholesky, self.scale(features.T), lower=True, check_finite=False
         )
         return features @ self.mean, self.noise_variance * np.sum(half * half, axis=0)
 
+    def log_determinant(self) -> float:
+        """``log det K`` of the prior covariance ``K = Phi S^2 Phi^T + lambda I`` of ``y``."""
+        n, m, lam = self.count, self.n_features, self.noise_variance
+        return (n - m) * math.log(lam) + 2.0 * float(np.sum(np.log(np.diag(self.cholesky))))
+
+    def quadratic_form(self) -> float:
+        """``y^T K^{-1} y``, computed in feature space (Woodbury)."""
+        return (
+            self._target_square_sum - float(self._scaled_target @ self.scaled_mean)
+        ) / self.noise_variance
+
     def log_marginal_likelihood(self) -> float:
-        """``log p(y)`` under ``y ~ N(0, Phi Phi^T + lambda I)``, computed in feature space."""
-        n, m, lam = self._count, self.n_features, self.noise_variance
-        log_det = (n - m) * math.log(lam) + 2.0 * float(np.sum(np.log(np.diag(self._cholesky))))
-        quadratic = (self._target_square_sum - float(self._feature_target @ self.mean)) / lam
-        return -0.5 * (quadratic + log_det + n * math.log(2.0 * math.pi))
+        """``log p(y)`` under ``y ~ N(0, Phi S^2 Phi^T + lambda I)``, computed in feature space."""
+        return -0.5 * (
+            self.quadratic_form() + self.log_determinant() + self.count * math.log(2.0 * math.pi)
+        )

@@ -1,18 +1,89 @@
-"""Shared random Fourier features for the squared-exponential kernel.
+"""Shared random Fourier features for the squared-exponential kernel and a scale mixture of it.
 
 Following the FTS paper (Appendix A): frequencies ``s_i ~ N(0, I / l^2)`` and phases
 ``b_i ~ U(0, 2 pi)``, ``phi(x) = sqrt(2 / M) cos(s_i^T x + b_i)``, and every ``phi(x)`` rescaled to
 unit norm so that the approximate kernel has ``k(x, x) = 1`` exactly. Every participant of a
 federation draws identical features from the same public seed, which is all they need to share.
+
+A single lengthscale fixed at creation decides what a federation can learn: features of
+lengthscale 0.2 cannot represent a function of lengthscale 0.03, and features of 0.03 waste most
+of their capacity on a smooth one. With a lengthscale *range* ``(l_min, l_max)`` every feature
+gets its own lengthscale, log-uniform over the range (stratified: feature ``i`` of ``M`` draws
+from the ``i``-th of ``M`` equal slices of ``[log l_min, log l_max]``). The features then
+approximate the scale mixture of SE kernels (:func:`mixture_kernel`)::
+
+    k(r) = E_{log l ~ U(log l_min, log l_max)} exp(-r^2 / (2 l^2))
+         = (E1(r^2 / (2 l_max^2)) - E1(r^2 / (2 l_min^2))) / (2 log(l_max / l_min)),
+
+with ``E1`` the exponential integral, and a participant can still choose, from its own data, how
+much prior weight each scale gets (:func:`scale_window`), without changing the shared basis.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+#: Lengthscale range (unit-cube coordinates) of the multi-scale shared features.
+MULTISCALE_RANGE = (0.02, 0.5)
+
+
+def se_kernel(distance: np.ndarray, lengthscale: float) -> np.ndarray:
+    """The SE kernel ``exp(-r^2 / (2 l^2))`` at distances ``r``."""
+    distance = np.asarray(distance, dtype=float)
+    return np.exp(-(distance**2) / (2.0 * lengthscale**2))
+
+
+def mixture_kernel(distance: np.ndarray, low: float, high: float) -> np.ndarray:
+    """The SE kernel averaged over a log-uniform lengthscale on ``[low, high]``.
+
+    Args:
+        distance: Euclidean distances ``r >= 0``.
+        low: Smallest lengthscale.
+        high: Largest lengthscale (``> low``).
+
+    Returns:
+        ``k(r)`` of the same shape, with ``k(0) = 1``.
+    """
+    import scipy.special
+
+    distance = np.asarray(distance, dtype=float)
+    squared = distance**2
+    out = np.ones_like(squared)
+    positive = squared > 0
+    half = squared[positive] / 2.0
+    out[positive] = (scipy.special.exp1(half / high**2) - scipy.special.exp1(half / low**2)) / (
+        2.0 * math.log(high / low)
+    )
+    return out
+
+
+def scale_window(lengthscales: np.ndarray, center: float | None, width: float = 0.5) -> np.ndarray:
+    """Prior standard deviations of features that favour lengthscales near ``center``.
+
+    ``s_i^2`` is proportional to ``exp(-(log l_i - log center)^2 / (2 width^2))``, normalized to a
+    mean of one, so that the prior variance of ``phi(x)^T omega`` (``omega_i ~ N(0, s_i^2)``)
+    stays about one. ``center=None`` gives equal weights (the mixture kernel itself).
+
+    Args:
+        lengthscales: The features' lengthscales, shape ``(M,)``.
+        center: Favoured lengthscale, or ``None``.
+        width: Width of the window in natural-log units.
+
+    Returns:
+        Array of shape ``(M,)``.
+    """
+    lengthscales = np.asarray(lengthscales, dtype=float)
+    if center is None:
+        return np.ones_like(lengthscales)
+    variance = np.exp(-((np.log(lengthscales) - math.log(center)) ** 2) / (2.0 * width**2))
+    variance /= variance.mean()
+    return np.sqrt(variance)
 
 
 class RandomFourierFeatures:
-    """Random Fourier features ``phi: [0, 1]^D -> R^M`` of an SE kernel.
+    """Random Fourier features ``phi: [0, 1]^D -> R^M`` of an SE kernel or a mixture of them.
 
     Frequencies are stored for lengthscale 1 and divided by the lengthscale on use, so features
     of different lengthscales drawn from the same seed share their random numbers.
@@ -20,21 +91,39 @@ class RandomFourierFeatures:
     Args:
         n_dims: Input dimension ``D``.
         n_features: Number of features ``M``.
-        lengthscale: SE kernel lengthscale ``l`` in unit-cube coordinates.
+        lengthscale: SE kernel lengthscale ``l`` in unit-cube coordinates, or a range
+            ``(l_min, l_max)`` for multi-scale features (each feature's lengthscale log-uniform
+            over the range, stratified; see the module docstring).
         seed: Public seed of the features; equal seeds give identical features everywhere.
     """
 
-    def __init__(self, n_dims: int, n_features: int, lengthscale: float, *, seed: int) -> None:
+    def __init__(
+        self,
+        n_dims: int,
+        n_features: int,
+        lengthscale: float | tuple[float, float],
+        *,
+        seed: int,
+    ) -> None:
         if n_dims < 1 or n_features < 1:
             raise ValueError("n_dims and n_features must be positive.")
-        if not lengthscale > 0:
-            raise ValueError(f"The lengthscale must be positive, got {lengthscale}.")
         rng = np.random.default_rng(seed)
         self.unit_frequencies = rng.standard_normal((n_dims, n_features))
         self.phases = rng.uniform(0.0, 2.0 * np.pi, size=n_features)
-        self.lengthscale = float(lengthscale)
         self.seed = seed
-        self._frequencies = self.unit_frequencies / self.lengthscale
+        if isinstance(lengthscale, tuple):
+            low, high = (float(v) for v in lengthscale)
+            if not 0 < low < high:
+                raise ValueError(f"A lengthscale range needs 0 < low < high, got {lengthscale}.")
+            slices = (np.arange(n_features) + rng.uniform(size=n_features)) / n_features
+            self.lengthscales = low * (high / low) ** slices
+            self.lengthscale: float | tuple[float, float] = (low, high)
+        else:
+            if not lengthscale > 0:
+                raise ValueError(f"The lengthscale must be positive, got {lengthscale}.")
+            self.lengthscale = float(lengthscale)
+            self.lengthscales = np.full(n_features, self.lengthscale)
+        self._frequencies = self.unit_frequencies / self.lengthscales
 
     @property
     def n_dims(self) -> int:
@@ -46,7 +135,7 @@ class RandomFourierFeatures:
         """Number of features ``M``."""
         return self.unit_frequencies.shape[1]
 
-    def with_lengthscale(self, lengthscale: float) -> RandomFourierFeatures:
+    def with_lengthscale(self, lengthscale: float | tuple[float, float]) -> RandomFourierFeatures:
         """The same random draws at another lengthscale."""
         return RandomFourierFeatures(self.n_dims, self.n_features, lengthscale, seed=self.seed)
 

@@ -218,10 +218,43 @@ class UnitCubeEncoding:
         Returns:
             Array of shape ``(n, n_columns)``.
         """
+        return self._from_uniform(rng.uniform(size=(n, len(self.dimensions))), box)
+
+    def space_filling(
+        self, n: int, rng: np.random.Generator, box: Box | None = None
+    ) -> np.ndarray:
+        """A randomized space-filling design of ``n`` encoded points in a box of the cube.
+
+        A Latin hypercube over the dimensions (each numeric dimension's range is cut into ``n``
+        equal slices holding one point each; a categorical dimension's choices are covered in
+        turn), improved for centred discrepancy. Different generators give different designs.
+
+        Args:
+            n: Number of points.
+            rng: Source of randomness (the design's seed).
+            box: Sub-box of the cube; the whole cube if ``None``.
+
+        Returns:
+            Array of shape ``(n, n_columns)``.
+        """
+        import scipy.stats
+
+        sampler = scipy.stats.qmc.LatinHypercube(
+            d=len(self.dimensions), optimization="random-cd" if n > 1 else None, rng=rng
+        )
+        return self._from_uniform(sampler.random(n), box)
+
+    def _from_uniform(self, uniform: np.ndarray, box: Box | None) -> np.ndarray:
+        """Encoded points from ``U[0, 1)`` draws, one column per dimension."""
         box = box or Box.unit(self.n_columns)
-        points = rng.uniform(box.low, box.high, size=(n, self.n_columns))
-        for dim, cols in zip(self.dimensions, self.column_slices):
+        n = len(uniform)
+        points = np.empty((n, self.n_columns))
+        for j, (dim, cols) in enumerate(zip(self.dimensions, self.column_slices)):
             if dim.kind == "categorical":
+                choice = np.minimum((uniform[:, j] * dim.n_choices).astype(int), dim.n_choices - 1)
                 points[:, cols] = 0.0
-                points[np.arange(n), cols.start + rng.integers(dim.n_choices, size=n)] = 1.0
+                points[np.arange(n), cols.start + choice] = 1.0
+            else:
+                low, high = box.low[cols.start], box.high[cols.start]
+                points[:, cols.start] = low + uniform[:, j] * (high - low)
         return points

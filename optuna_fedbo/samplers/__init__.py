@@ -6,6 +6,7 @@ from optuna_fedbo.samplers._fed_pne import FedPNEPhaseTimeout
 from optuna_fedbo.samplers._fed_pne import FedPNESampler
 from optuna_fedbo.samplers._fed_thompson import FedThompsonSampler
 from optuna_fedbo.samplers._ldp_ucb import LDPUCBSampler
+from optuna_fedbo.samplers._local_gp import LocalGPSampler
 from optuna_fedbo.samplers._rff_thompson import RFFThompsonSampler
 
 __all__ = [
@@ -13,5 +14,6 @@ __all__ = [
     "FedPNESampler",
     "FedThompsonSampler",
     "LDPUCBSampler",
+    "LocalGPSampler",
     "RFFThompsonSampler",
 ]

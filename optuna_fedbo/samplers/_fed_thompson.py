@@ -18,10 +18,17 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 from optuna.trial import TrialState
 
+from optuna_fedbo.core.acquisition import AcquisitionFunction
 from optuna_fedbo.core.acquisition import LinearAcquisition
 from optuna_fedbo.core.acquisition import maximize
+from optuna_fedbo.core.acquisition import RegionwiseLinear
+from optuna_fedbo.core.acquisition import ScaledFunction
+from optuna_fedbo.core.local_model import ModelSelection
+from optuna_fedbo.core.local_model import normalization
 from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.posterior import SufficientStatistics
+from optuna_fedbo.core.threads import one_blas_thread
+from optuna_fedbo.core.transfer import prior_weight
 from optuna_fedbo.federation._codec import vector_digest
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fts.messages import Broadcast
@@ -35,7 +42,8 @@ from optuna_fedbo.samplers._rff_thompson import RFFThompsonSampler
 
 _logger = optuna.logging.get_logger(__name__)
 
-#: Trial system attribute: how the trial's point was chosen ("init", "local", "federated",
+#: Trial system attribute: how the trial's point was chosen ("init", "local", "federated" = the
+#: broadcast function's maximizer, "transfer" = the local GP with the broadcast as prior mean,
 #: "fallback" = local because no usable broadcast (none yet, or the federation's privacy budget
 #: is exhausted), "outside" = not the federation's space).
 MODE_ATTR = "fedbo:mode"
@@ -48,20 +56,36 @@ _OWN_DIGESTS_KEPT = 4
 class FedThompsonSampler(BaseSampler):
     """A participant of federated Thompson sampling (FTS, FTS-DE) over a :class:`Federation`.
 
-    Each trial is one BO iteration of Algorithm 2 of DP-FTS-DE:
+    Each trial is one BO iteration. With the federation's default :class:`FTSConfig`:
 
-    * the first ``n_init`` trials are drawn uniformly from the participant's assigned sub-region
+    * the first ``n_init`` trials follow the participant's own space-filling design (a Latin
+      hypercube over the whole space, or over its sub-region with distributed exploration);
+      a participant that joins a federation which already has a broadcast spends its first
+      trial on the broadcast function's maximizer;
+    * afterwards every trial maximizes the expected improvement of the participant's own exact
+      GP (:func:`~optuna_fedbo.core.gp.fit_gp`) whose prior mean is the newest broadcast function
+      ``g(x) = phi(x)^T omega`` weighted by ``c``, the posterior mean of its weight given the
+      participant's own values (:func:`~optuna_fedbo.core.transfer.prior_weight`): a broadcast
+      that predicts them guides the search, one that does not is weighted to about zero
+      (``FTSConfig.transfer="prior"``). Without a broadcast the GP has no prior mean.
+
+    With ``FTSConfig.transfer="schedule"`` it follows Algorithm 2 of DP-FTS-DE instead:
+
+    * the first ``n_init`` trials are drawn from the participant's assigned sub-region
       (distributed exploration; the whole domain when ``P = 1``);
     * afterwards, at BO iteration ``t`` (``t = 1`` right after the initial design), with
       probability ``p_t`` the participant runs local Thompson sampling on its own posterior
       (or asks ``local_sampler``); otherwise it maximizes ``phi(x)^T omega^(i[x])`` over the
       sub-regions with the vectors of the newest broadcast (``aggregation="weighted"``), or
       ``phi(x)^T omega_n`` for the vector of one other agent drawn uniformly
-      (``aggregation="sample"``, the original FTS). Without a broadcast it runs local TS;
-    * after every finished trial it draws ``omega_{n,t}`` from its posterior over the shared
-      random features, fitted to its values oriented for maximization and (unless the
-      federation's ``FTSConfig.standardize`` is false) standardized, and uploads it to the
-      open round. Errors there are logged, never raised into ``study.optimize``.
+      (``aggregation="sample"``, the original FTS). Without a broadcast it runs local TS.
+
+    In both cases, after every finished trial it draws ``omega_{n,t}`` from its posterior over
+    the shared random features, fitted to its values oriented for maximization and normalized
+    as ``FTSConfig.normalization`` says (with multi-scale features, the prior weight of each
+    scale and the noise variance are chosen by marginal likelihood on its own values), and
+    uploads it to the open round. Errors there are logged, never raised into
+    ``study.optimize``.
 
     The participant's trials stay in its own study; only ``omega`` leaves it. Asynchronous by
     default (each trial uses the newest broadcast it can read); ``synchronous=True`` waits, before
@@ -78,8 +102,9 @@ class FedThompsonSampler(BaseSampler):
         schedule: ``p_t`` schedule: a name of
             :data:`~optuna_fedbo.federation.fts.schedules.SCHEDULES` or a callable ``t -> p_t``;
             ``None`` uses the federation's default.
-        local_sampler: Optional Optuna sampler for the local steps (instead of local TS on the
-            shared features). The uploads are drawn from the RFF posterior in both cases.
+        local_sampler: Optional Optuna sampler for the local steps of
+            ``transfer="schedule"`` (instead of local TS on the shared features). The uploads
+            are drawn from the RFF posterior in both cases.
         synchronous: Wait for the current round's broadcast before each BO iteration.
         sync_timeout: Longest wait in synchronous mode (seconds; ``None``: no limit). On
             expiry the newest broadcast is used and a warning is logged.
@@ -130,10 +155,20 @@ class FedThompsonSampler(BaseSampler):
         self._partition = federation.partition()
         self._space = {n: d for n, d in federation.search_space.items() if not d.single()}
         self._observations = TrialObservations(self._encoder, [self._features])
+        if fts.lengthscale is None:
+            self._selection = ModelSelection(self._features.lengthscales)
+        else:
+            self._selection = ModelSelection(
+                self._features.lengthscales, (None,), (fts.noise_variance,)
+            )
+        # The participant's own space-filling initial design (from its own seed).
+        self._design_rng = np.random.default_rng(None if seed is None else [seed, 1])
+        self._design: np.ndarray | None = None
+        self._gp_params: Any = None  # the last fit's kernel parameters (a warm start)
         self._outside = RFFThompsonSampler(
             n_features=fts.n_features,
-            lengthscale=fts.lengthscale,
-            noise_variance=fts.noise_variance,
+            lengthscale="auto" if fts.lengthscale is None else fts.lengthscale,
+            noise_variance="auto" if fts.lengthscale is None else fts.noise_variance,
             n_startup_trials=0,
             independent_sampler=self._independent_sampler,
             warn_independent_sampling=False,
@@ -234,27 +269,29 @@ class FedThompsonSampler(BaseSampler):
         return params
 
     def _choose(self, study: Study, trial: FrozenTrial) -> dict[str, Any]:
-        """Algorithm 2: initial design, local TS with probability p_t, else the broadcast."""
+        """Initial design, then the broadcast as a prior (default) or Algorithm 2's coin."""
+        fts = self._fts
         with self._lock:
             self._observations.update(study)
             n_observed = self._observations.count
-            posterior = self._posterior() if n_observed >= self._fts.n_init else None
-        if posterior is None:
+        transfer = fts.transfer == "prior"
+        if n_observed < fts.n_init:
+            # A participant joining a federation that already has broadcasts uses them at once.
+            broadcast = self._usable_broadcast() if transfer and n_observed == 0 else None
+            function = None if broadcast is None else self._broadcast_function(broadcast)
+            if function is not None and broadcast is not None:
+                self._record(study, trial, "federated", broadcast.round)
+                return self._encoder.decode(self._maximize(function))
             self._record(study, trial, "init")
-            box = None
-            if self._fts.init_in_subregion:
-                box = self._partition.box(self.participant.subregion)
-            return self._encoder.decode(self._encoder.encoding.sample(1, self._rng, box)[0])
-        iteration = n_observed - self._fts.n_init + 1
+            return self._encoder.decode(self._initial_point(trial.number))
+        with self._lock:
+            posterior = self._posterior()
+        if transfer:
+            return self._transfer_step(study, trial, posterior)
+        iteration = n_observed - fts.n_init + 1
         if self._rng.uniform() <= local_probability(self._schedule, iteration):
             return self._local_step(study, trial, posterior, "local")
-        if self.budget_exhausted:
-            return self._local_step(study, trial, posterior, "fallback")
-        try:
-            broadcast = self.federation.latest_broadcast()
-        except Exception:
-            _logger.warning("Could not read the newest broadcast; using local TS.", exc_info=True)
-            broadcast = None
+        broadcast = self._usable_broadcast()
         point = None if broadcast is None else self._federated_point(broadcast)
         if point is None:
             return self._local_step(study, trial, posterior, "fallback")
@@ -262,10 +299,133 @@ class FedThompsonSampler(BaseSampler):
         self._record(study, trial, "federated", broadcast.round)
         return self._encoder.decode(point)
 
-    def _posterior(self) -> LinearPosterior:
-        return self._observations.statistics[0].posterior(
-            self._fts.noise_variance, standardize=self._fts.standardize
+    def _initial_point(self, index: int) -> np.ndarray:
+        """Point ``index`` of the initial design (uniform beyond its end)."""
+        box = (
+            self._partition.box(self.participant.subregion)
+            if self._fts.init_in_subregion
+            else None
         )
+        encoding = self._encoder.encoding
+        if self._fts.initial_design == "uniform":
+            return encoding.sample(1, self._rng, box)[0]
+        with self._lock:
+            if self._design is None:
+                self._design = encoding.space_filling(self._fts.n_init, self._design_rng, box)
+            design = self._design
+        if index < len(design):
+            return design[index]
+        return encoding.sample(1, self._rng, box)[0]
+
+    def _usable_broadcast(self) -> Broadcast | None:
+        """The newest broadcast, or ``None`` (none yet, unreadable, or budget exhausted)."""
+        if self.budget_exhausted:
+            return None
+        try:
+            return self.federation.latest_broadcast()
+        except Exception:
+            _logger.warning(
+                "Could not read the newest broadcast; using the local model.", exc_info=True
+            )
+            return None
+
+    def _normalization(self, extra: float | None = None) -> tuple[float, float]:
+        targets = self._observations.targets
+        if extra is not None:
+            targets = np.append(targets, extra)
+        return normalization(targets, self._fts.normalization, self._fts.n_init)
+
+    def _posterior(
+        self, statistics: SufficientStatistics | None = None, extra: float | None = None
+    ) -> LinearPosterior:
+        statistics = statistics or self._observations.statistics[0]
+        return self._selection.posterior(statistics, self._normalization(extra))
+
+    def _maximize(
+        self, function: AcquisitionFunction, extra: np.ndarray | None = None
+    ) -> np.ndarray:
+        point, _ = maximize(
+            function,
+            self._encoder.encoding,
+            self._rng,
+            n_candidates=self._n_candidates,
+            n_refinements=self._n_refinements,
+            extra_candidates=extra,
+        )
+        return point
+
+    def _broadcast_function(self, broadcast: Broadcast) -> AcquisitionFunction | None:
+        """``g(x)``, the function a broadcast describes (``None`` if it offers nothing usable)."""
+        vectors = broadcast.vectors
+        if vectors.shape[1] != self._fts.n_features:
+            _logger.warning(f"Ignoring broadcast {broadcast.round}: vectors of the wrong length.")
+            return None
+        if broadcast.aggregation == "sample":
+            own = self._own_digests.get(broadcast.round)
+            others = [k for k in range(len(vectors)) if vector_digest(vectors[k]) != own]
+            if not others:
+                return None
+            return LinearAcquisition(
+                self._features, vectors[others[int(self._rng.integers(len(others)))]]
+            )
+        if len(vectors) != self._partition.n_subregions:
+            _logger.warning(f"Ignoring broadcast {broadcast.round}: wrong number of sub-regions.")
+            return None
+        if len(vectors) == 1:
+            return LinearAcquisition(self._features, vectors[0])
+        return RegionwiseLinear(self._features, vectors, self._partition.index_of)
+
+    def _transfer_step(
+        self, study: Study, trial: FrozenTrial, posterior: LinearPosterior
+    ) -> dict[str, Any]:
+        """Expected improvement on the local GP whose prior mean is the weighted broadcast.
+
+        The weight ``c`` of the broadcast function ``g`` is its posterior mean under the local
+        model on the shared features (prior ``c ~ N(1, 1)``): near one where ``g`` predicts the
+        participant's own values, near zero where it does not, so a useless or misleading
+        broadcast leaves the plain local GP.
+        """
+        from optuna_fedbo.core.gp import fit_gp
+        from optuna_fedbo.core.gp_acquisition import LogExpectedImprovement
+
+        broadcast = self._usable_broadcast()
+        function = None if broadcast is None else self._broadcast_function(broadcast)
+        with self._lock:
+            points = self._observations.points.copy()
+            mean, std = self._normalization()
+            values = (self._observations.targets - mean) / std
+            warm = self._gp_params
+        prior_values = prior_function = None
+        if function is not None:
+            assert broadcast is not None
+            at_points = function.values(points)
+            weight, _, _ = prior_weight(
+                posterior,
+                self._features(points).T @ at_points,
+                float(at_points @ at_points),
+                float(at_points @ values),
+            )
+            prior_values = weight * at_points
+            prior_function = ScaledFunction(function, weight)
+            self._record(study, trial, "transfer", broadcast.round)
+        else:
+            self._record(study, trial, "fallback")
+        with one_blas_thread():
+            gp = fit_gp(
+                points,
+                values,
+                prior_mean=prior_values,
+                warm_start=warm,
+                rng=self._rng,
+                n_restarts=0 if warm is not None else 1,
+                n_start_candidates=2 if warm is not None else 6,
+            )
+            self._gp_params = gp.params
+            top = points[np.argsort(-values, kind="stable")[:5]]
+            point = self._maximize(
+                LogExpectedImprovement(gp, float(values.max()), prior_function), top
+            )
+        return self._encoder.decode(point)
 
     def _local_step(
         self,
@@ -281,40 +441,20 @@ class FedThompsonSampler(BaseSampler):
             return {k: v for k, v in params.items() if self._space.get(k) == local_space[k]}
         omega = posterior.sample(self._rng)
         best = self._observations.best_point
-        point, _ = maximize(
-            LinearAcquisition(self._features, omega),
-            self._encoder.encoding,
-            self._rng,
-            n_candidates=self._n_candidates,
-            n_refinements=self._n_refinements,
-            extra_candidates=None if best is None else best[None, :],
+        point = self._maximize(
+            LinearAcquisition(self._features, omega), None if best is None else best[None, :]
         )
         return self._encoder.decode(point)
 
     def _federated_point(self, broadcast: Broadcast) -> np.ndarray | None:
         """The maximizer of the broadcast's function, or ``None`` if it offers nothing usable."""
+        function = self._broadcast_function(broadcast)
+        if function is None:
+            return None
         vectors = broadcast.vectors
-        if vectors.shape[1] != self._fts.n_features:
-            _logger.warning(f"Ignoring broadcast {broadcast.round}: vectors of the wrong length.")
-            return None
+        if broadcast.aggregation == "sample" or len(vectors) == 1:
+            return self._maximize(function)
         encoding = self._encoder.encoding
-        if broadcast.aggregation == "sample":
-            own = self._own_digests.get(broadcast.round)
-            others = [k for k in range(len(vectors)) if vector_digest(vectors[k]) != own]
-            if not others:
-                return None
-            omega = vectors[others[int(self._rng.integers(len(others)))]]
-            point, _ = maximize(
-                LinearAcquisition(self._features, omega),
-                encoding,
-                self._rng,
-                n_candidates=self._n_candidates,
-                n_refinements=self._n_refinements,
-            )
-            return point
-        if len(vectors) != self._partition.n_subregions:
-            _logger.warning(f"Ignoring broadcast {broadcast.round}: wrong number of sub-regions.")
-            return None
         best_point, best_value = None, -math.inf
         n_regions = len(vectors)
         incumbent = self._observations.best_point
@@ -444,6 +584,7 @@ class FedThompsonSampler(BaseSampler):
         with self._lock:
             self._observations.update(study)
             statistics = self._observations.statistics[0]
+            extra = None
             usable = (
                 state == TrialState.COMPLETE
                 and values is not None
@@ -456,14 +597,13 @@ class FedThompsonSampler(BaseSampler):
                 statistics = _copy_statistics(statistics)
                 sign = 1.0 if study.direction == StudyDirection.MAXIMIZE else -1.0
                 point = self._encoder.encode([trial.params])
-                statistics.add(self._features(point), np.array([sign * float(values[0])]))
+                extra = sign * float(values[0])
+                statistics.add(self._features(point), np.array([extra]))
             n_observations = statistics.count
             if n_observations == 0:
                 _logger.debug(f"{self.client_id}: no observation yet, nothing to upload.")
                 return
-            posterior = statistics.posterior(
-                self._fts.noise_variance, standardize=self._fts.standardize
-            )
+            posterior = self._posterior(statistics, extra)
         omega = posterior.sample(self._rng)
         round_index = self.federation.upload(
             self.client_id,

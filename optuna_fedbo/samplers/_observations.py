@@ -43,6 +43,9 @@ class TrialObservations:
         self.statistics = [SufficientStatistics(f.n_features) for f in self.feature_maps]
         self.best_point: np.ndarray | None = None
         self.best_value = -math.inf
+        #: Encoded points and oriented values of the modelled trials, in the order added.
+        self.points = np.zeros((0, encoder.n_columns))
+        self.targets = np.zeros(0)
         self._seen: set[int] = set()
         self._study_key: tuple[int, int] | None = None
         self._lock = threading.Lock()
@@ -66,6 +69,8 @@ class TrialObservations:
     def _reset(self, key: tuple[int, int]) -> None:
         self.statistics = [SufficientStatistics(f.n_features) for f in self.feature_maps]
         self.best_point, self.best_value = None, -math.inf
+        self.points = np.zeros((0, self.encoder.n_columns))
+        self.targets = np.zeros(0)
         self._seen = set()
         self._study_key = key
 
@@ -78,6 +83,8 @@ class TrialObservations:
         points = self.encoder.encode([t.params for t in usable])
         for features, statistics in zip(self.feature_maps, self.statistics):
             statistics.add(features(points), targets)
+        self.points = np.vstack([self.points, points])
+        self.targets = np.concatenate([self.targets, targets])
         best = int(np.argmax(targets))
         if targets[best] > self.best_value:
             self.best_value, self.best_point = float(targets[best]), points[best]

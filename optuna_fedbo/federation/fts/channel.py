@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 
+from optuna_fedbo.core.rff import MULTISCALE_RANGE
 from optuna_fedbo.core.rff import RandomFourierFeatures
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fts.config import FTSConfig
@@ -49,7 +50,7 @@ class FTSChannel:
                 self._features = RandomFourierFeatures(
                     self.federation.encoder.n_columns,
                     fts.n_features,
-                    fts.lengthscale,
+                    MULTISCALE_RANGE if fts.lengthscale is None else fts.lengthscale,
                     seed=self.federation.seed,
                 )
             return self._features

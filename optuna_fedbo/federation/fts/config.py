@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 from typing import ClassVar
 
+from optuna_fedbo.core.local_model import NORMALIZATIONS
 from optuna_fedbo.federation.config import _non_negative_int
 from optuna_fedbo.federation.config import _positive_float
 from optuna_fedbo.federation.config import _positive_int
@@ -24,10 +25,23 @@ class FTSConfig(ProtocolConfig):
     modified FTS of DP-FTS-DE, ``aggregation="weighted"``) or relays them all so that each
     participant picks one at random (the original FTS, ``aggregation="sample"``).
 
+    The defaults are the best federated sampler this package measured (``benchmarks/
+    fts_value.py``), beyond the papers: multi-scale shared features (no lengthscale to choose),
+    a space-filling initial design over the whole space, one value scale for every participant,
+    and the broadcast used as a weighted prior mean of each participant's own GP, so that it
+    helps where it predicts the participant's values and is ignored where it does not. The
+    papers' algorithms are the settings ``lengthscale=<float>``, ``initial_design="uniform"``,
+    ``normalization="raw"`` and ``transfer="schedule"`` (see
+    :mod:`optuna_fedbo.federation.fts.presets`).
+
     Args:
         n_features: Number of random features ``M``.
-        lengthscale: SE kernel lengthscale of the shared features, in unit-cube coordinates.
-        noise_variance: Noise variance ``lambda`` of the participants' standardized values.
+        lengthscale: SE kernel lengthscale of the shared features, in unit-cube coordinates, or
+            ``None`` (default) for multi-scale features: each feature's lengthscale log-uniform
+            over :data:`~optuna_fedbo.core.rff.MULTISCALE_RANGE` (0.02 to 0.5), and each
+            participant weights the scales by marginal likelihood on its own data.
+        noise_variance: Noise variance ``lambda`` of the participants' normalized values (with a
+            fixed ``lengthscale``; multi-scale participants choose it by marginal likelihood).
         n_subregions: Number ``P`` of equal-volume sub-regions for distributed exploration;
             1 disables it (modified FTS / DP-FTS).
         weight_a: The softmax constant ``a`` of the sub-region weights (the paper uses 15).
@@ -35,42 +49,57 @@ class FTSConfig(ProtocolConfig):
         weight_decay_rounds: Rounds over which the exponent decays linearly to 1 (uniform
             weights). ``weight_hold_rounds = weight_decay_rounds = 0`` gives equal weights from
             the start (the "equal weights" ablation of the paper's appendix).
-        n_init: Number of initial points per participant, drawn uniformly from the
-            participant's sub-region (from the whole domain if ``init_in_subregion`` is false).
+        n_init: Number of initial points per participant, drawn from the participant's
+            sub-region (from the whole domain if ``init_in_subregion`` is false or ``P = 1``).
         init_in_subregion: Draw the initial points in the assigned sub-region (distributed
             exploration) rather than in the whole domain (the other ablation of the appendix).
+        initial_design: ``"space-filling"`` (default: a Latin hypercube per participant, from
+            its own seed) or ``"uniform"`` (independent uniform points, the papers').
         aggregation: ``"weighted"`` (DP-FTS-DE's server aggregation) or ``"sample"`` (the
             original FTS: the server relays every agent's vector and a participant draws one of
             the others' from ``P_N``, uniform over the agents that uploaded).
         schedule: Default ``p_t`` schedule of the participants (a name of
             :data:`optuna_fedbo.federation.fts.schedules.SCHEDULES`); a participant may override
             it with any callable.
-        standardize: Fit (and share) each participant's values standardized by its own mean
-            and standard deviation, so that scales and offsets do not matter. Set it to false
-            when every participant reports values on a common scale of order one (e.g.
-            accuracies): distributed exploration then compares sub-regions on that common
-            scale, which per-participant standardization distorts early on, when each
-            participant has only seen its own sub-region.
+        normalization: How participants scale their values before fitting and sharing
+            (:func:`optuna_fedbo.core.local_model.normalization`): ``"shared"`` (default:
+            standardized by the mean and spread of the participant's initial design, then
+            frozen; with a whole-space design every participant measures against the same
+            reference, so values and sub-regions stay comparable across participants, yet sites
+            whose values differ in scale or offset are brought to one scale), ``"participant"``
+            (standardized by all the participant's values so far: the first release) or
+            ``"raw"`` (the papers' zero-mean GP on raw values).
+        transfer: How a participant uses the broadcast after its initial design: ``"prior"``
+            (default: at every trial, expected improvement on its own exact GP whose prior mean
+            is the broadcast function weighted by how well it predicts the participant's own
+            values; a participant that joins after the first broadcast uses it from its first
+            trial) or ``"schedule"`` (the papers: with probability ``p_t`` local Thompson
+            sampling, else the broadcast function's maximizer).
     """
 
     kind: ClassVar[str] = "fts"
 
     n_features: int = 100
-    lengthscale: float = 0.2
+    lengthscale: float | None = None
     noise_variance: float = 1e-2
     n_subregions: int = 1
     weight_a: float = 15.0
     weight_hold_rounds: int = 10
     weight_decay_rounds: int = 30
-    n_init: int = 10
+    n_init: int = 5
     init_in_subregion: bool = True
     aggregation: str = "weighted"
     schedule: str = "1-1/t"
-    standardize: bool = True
+    normalization: str = "shared"
+    initial_design: str = "space-filling"
+    transfer: str = "prior"
 
     def __post_init__(self) -> None:
         _positive_int("n_features", self.n_features)
-        object.__setattr__(self, "lengthscale", _positive_float("lengthscale", self.lengthscale))
+        if self.lengthscale is not None:
+            object.__setattr__(
+                self, "lengthscale", _positive_float("lengthscale", self.lengthscale)
+            )
         object.__setattr__(
             self, "noise_variance", _positive_float("noise_variance", self.noise_variance)
         )
@@ -91,8 +120,9 @@ class FTSConfig(ProtocolConfig):
                 f"sub-regions; use n_subregions=1, got {self.n_subregions}."
             )
         check_schedule_name(self.schedule)
-        if not isinstance(self.standardize, bool):
-            raise ValueError(f"standardize must be a bool, got {self.standardize!r}.")
+        _choice("normalization", self.normalization, NORMALIZATIONS)
+        _choice("initial_design", self.initial_design, ("space-filling", "uniform"))
+        _choice("transfer", self.transfer, ("prior", "schedule"))
 
     def check_privacy(self, privacy: Any) -> None:
         if self.aggregation != "weighted":
@@ -109,6 +139,11 @@ class FTSConfig(ProtocolConfig):
                 "Sub-regions split numeric parameters; this search space has only categorical "
                 f"ones, so n_subregions must be 1 (got {self.n_subregions})."
             )
+
+
+def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}.")
 
 
 __all__ = ["FTSConfig"]

@@ -7,11 +7,15 @@ keyword overrides of any field; an override with a value the paper does not use 
 (:class:`PaperDepartureWarning`): the result is no longer the paper's configuration. Values the
 paper itself varies (e.g. ``P`` in 2, 3, 4 in DP-FTS-DE's Fig. 2a) do not warn.
 
-What the presets share with the papers: the shared random Fourier features (``phi(x) =
-sqrt(2/M) cos(s x + b)`` rescaled to unit norm), a zero-mean model of the **raw** values (no
-per-participant standardization: the papers' GP and the authors' code fit raw values), the
-papers' lengthscale and noise variance, ``M``, ``P``, ``n_init``, the ``p_t`` schedules and the
-softmax weights.
+What the presets share with the papers (:data:`PAPER_ALGORITHM` and the papers' values): the
+shared random Fourier features of one lengthscale (``phi(x) = sqrt(2/M) cos(s x + b)`` rescaled
+to unit norm), a zero-mean model of the **raw** values (``normalization="raw"``: the papers' GP
+and the authors' code fit raw values), uniform initial points, the ``p_t`` schedule between
+local Thompson sampling and the broadcast (``transfer="schedule"``), the papers' lengthscale and
+noise variance, ``M``, ``P``, ``n_init``, the schedules and the softmax weights.
+:class:`FTSConfig`'s defaults go beyond the papers (multi-scale features, one value scale
+shared by all participants, a local GP with the broadcast as prior mean); ``REPRODUCTION.md``
+shows both side by side.
 
 What still departs in every FTS-family preset (the participants' side, not configuration):
 
@@ -44,8 +48,14 @@ from optuna_fedbo.federation._paper import PaperDepartureWarning
 from optuna_fedbo.federation.dp_config import DPConfig
 from optuna_fedbo.federation.fts.config import FTSConfig
 
-#: The papers' zero-mean model of raw values.
-RAW_VALUES: dict[str, Any] = {"standardize": False}
+#: The papers' algorithm, where :class:`FTSConfig`'s defaults go beyond it: a zero-mean model of
+#: the raw values, uniform initial points, and the ``p_t`` schedule between local Thompson
+#: sampling and the broadcast (the presets also fix the papers' single lengthscale).
+PAPER_ALGORITHM: dict[str, Any] = {
+    "normalization": "raw",
+    "initial_design": "uniform",
+    "transfer": "schedule",
+}
 
 
 def _fts_paper(**values: Any) -> dict[str, tuple[Any, ...]]:
@@ -62,7 +72,7 @@ _FTS_REAL = _fts_paper(
     init_in_subregion=(True, False),  # no sub-regions: the same draws either way
     aggregation="sample",  # P_N uniform over the agents (Sec. 5.2)
     schedule="fts",  # p_t = 1 - 1/t^2, p_1 = p_2 (Sec. 5.2)
-    standardize=False,
+    **{key: (value,) for key, value in PAPER_ALGORITHM.items()},
 )
 
 
@@ -84,7 +94,7 @@ def fts(**overrides: Any) -> FTSConfig:
         n_init=3,
         aggregation="sample",
         schedule="fts",
-        **RAW_VALUES,
+        **PAPER_ALGORITHM,
     )
     return paper_preset("fts", base, _FTS_REAL, overrides)
 
@@ -120,7 +130,7 @@ def fts_synthetic(**overrides: Any) -> FTSConfig:
         n_init=1,
         aggregation="sample",
         schedule="1-1/sqrt(t)",
-        **RAW_VALUES,
+        **PAPER_ALGORITHM,
     )
     return paper_preset("fts_synthetic", base, _FTS_SYNTHETIC, overrides)
 
@@ -137,7 +147,7 @@ _DE_REAL = _fts_paper(
     init_in_subregion=True,  # Sec. 3.2: each agent explores its own sub-region
     aggregation="weighted",  # Algorithm 1
     schedule="1-1/t",  # Sec. 5.2
-    standardize=False,
+    **{key: (value,) for key, value in PAPER_ALGORITHM.items()},
 )
 
 
@@ -165,7 +175,7 @@ def dp_fts_de(**overrides: Any) -> FTSConfig:
         init_in_subregion=True,
         aggregation="weighted",
         schedule="1-1/t",
-        **RAW_VALUES,
+        **PAPER_ALGORITHM,
     )
     return paper_preset("dp_fts_de", base, _DE_REAL, overrides)
 
@@ -218,7 +228,7 @@ def dp_fts_de_synthetic(**overrides: Any) -> FTSConfig:
         init_in_subregion=True,
         aggregation="weighted",
         schedule="1-1/sqrt(t)",
-        **RAW_VALUES,
+        **PAPER_ALGORITHM,
     )
     return paper_preset("dp_fts_de_synthetic", base, _DE_SYNTHETIC, overrides)
 
@@ -349,7 +359,7 @@ __all__ = [
     "PRESETS",
     "PRIVACY_PRESETS",
     "PaperDepartureWarning",
-    "RAW_VALUES",
+    "PAPER_ALGORITHM",
     "clip_norm_for_fraction",
     "dp_fts",
     "dp_fts_de",

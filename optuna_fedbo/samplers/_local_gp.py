@@ -1,0 +1,252 @@
+"""Local Bayesian optimization with an exact GP in numpy/scipy: GPSampler's model, cheaper."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+import math
+import threading
+from typing import Any
+from typing import Literal
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.samplers import BaseSampler
+from optuna.samplers import RandomSampler
+from optuna.search_space import IntersectionSearchSpace
+from optuna.study import Study
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial
+from optuna.trial import TrialState
+
+from optuna_fedbo.core.acquisition import maximize
+from optuna_fedbo.core.gp import fit_gp
+from optuna_fedbo.core.gp import GaussianProcess
+from optuna_fedbo.core.gp import KernelParams
+from optuna_fedbo.core.gp import subset_indices
+from optuna_fedbo.core.gp_acquisition import GPUpperConfidenceBound
+from optuna_fedbo.core.gp_acquisition import LogExpectedImprovement
+from optuna_fedbo.core.gp_acquisition import thompson_candidate
+from optuna_fedbo.core.threads import one_blas_thread
+from optuna_fedbo.samplers._common import check_single_objective
+from optuna_fedbo.samplers._common import outside_relative_space_reason
+from optuna_fedbo.samplers._common import sample_independently
+from optuna_fedbo.search_space import SearchSpaceEncoder
+
+_logger = optuna.logging.get_logger(__name__)
+
+Acquisition = Literal["logei", "ucb", "thompson"]
+
+
+class LocalGPSampler(BaseSampler):
+    """Bayesian optimization with an exact Matern-5/2 GP on the study's own trials.
+
+    The model of Optuna's :class:`~optuna.samplers.GPSampler` (ARD Matern-5/2 kernel on the
+    unit-cube encoding, marginal-likelihood hyperparameters with priors, standardized values,
+    log expected improvement maximized by random candidates plus L-BFGS-B) in numpy/scipy: no
+    torch, BLAS kept on one thread, hyperparameters warm-started from the previous trial and
+    refitted less often as the study grows. Categorical parameters are one-hot encoded. Values
+    are oriented for maximization, so the study's direction does not matter; failed, pruned and
+    non-finite trials are ignored.
+
+    Beyond ``max_points`` completed trials the model sees a subset (the best half and a random
+    sample of the rest), which bounds the cost per trial.
+
+    Args:
+        acquisition: ``"logei"`` (log expected improvement, the default), ``"ucb"`` (upper
+            confidence bound) or ``"thompson"`` (maximizer of one joint posterior draw over a
+            candidate set).
+        beta: UCB exploration weight; ``None`` for ``2 log(D t^2)`` at ``t`` observations.
+        n_startup_trials: Number of trials sampled by ``independent_sampler`` first.
+        n_candidates: Candidates scored per suggestion (Thompson: the joint draw's size).
+        n_refinements: Best candidates refined with L-BFGS-B (LogEI and UCB).
+        max_points: Cap on the number of trials the GP is fitted to.
+        refit_growth: After 100 observations, hyperparameters are refitted only when the number
+            of observations has grown by this factor since the last fit (in between, the GP is
+            conditioned on the new data with the last hyperparameters).
+        independent_sampler: Sampler for the startup trials and for parameters outside the
+            relative search space. Defaults to :class:`~optuna.samplers.RandomSampler`.
+        warn_independent_sampling: Warn when a parameter is sampled independently after the
+            startup trials.
+        seed: Seed of the sampler's randomness.
+    """
+
+    def __init__(
+        self,
+        *,
+        acquisition: Acquisition = "logei",
+        beta: float | None = None,
+        n_startup_trials: int = 10,
+        n_candidates: int = 1024,
+        n_refinements: int = 8,
+        max_points: int = 256,
+        refit_growth: float = 1.1,
+        independent_sampler: BaseSampler | None = None,
+        warn_independent_sampling: bool = True,
+        seed: int | None = None,
+    ) -> None:
+        if acquisition not in ("logei", "ucb", "thompson"):
+            raise ValueError(
+                f"acquisition must be 'logei', 'ucb' or 'thompson', got {acquisition!r}."
+            )
+        if beta is not None and not beta >= 0:
+            raise ValueError(f"beta must be non-negative, got {beta}.")
+        if n_startup_trials < 0:
+            raise ValueError(f"n_startup_trials must be non-negative, got {n_startup_trials}.")
+        if n_candidates < 1 or n_refinements < 0:
+            raise ValueError("n_candidates must be positive and n_refinements non-negative.")
+        if max_points < 2:
+            raise ValueError(f"max_points must be at least 2, got {max_points}.")
+        if not refit_growth >= 1.0:
+            raise ValueError(f"refit_growth must be at least 1, got {refit_growth}.")
+        self._acquisition = acquisition
+        self._beta = beta
+        self._n_startup_trials = n_startup_trials
+        self._n_candidates = n_candidates
+        self._n_refinements = n_refinements
+        self._max_points = max_points
+        self._refit_growth = refit_growth
+        self._rng = np.random.default_rng(seed)
+        self._independent_sampler = independent_sampler or RandomSampler(seed=seed)
+        self._warn_independent_sampling = warn_independent_sampling
+        self._intersection_search_space = IntersectionSearchSpace()
+        # (search space, observation count, hyperparameters) of the last fit: the warm start.
+        self._last_fit: tuple[dict[str, BaseDistribution], int, KernelParams] | None = None
+        self._lock = threading.Lock()
+
+    def reseed_rng(self) -> None:
+        self._rng = np.random.default_rng()
+        self._independent_sampler.reseed_rng()
+
+    def infer_relative_search_space(
+        self, study: Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
+        return {
+            name: distribution
+            for name, distribution in self._intersection_search_space.calculate(study).items()
+            if not distribution.single()
+        }
+
+    def sample_relative(
+        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        check_single_objective(study, self)
+        if search_space == {}:
+            return {}
+        encoder = SearchSpaceEncoder(search_space)
+        points, values = _observations(study, encoder)
+        if len(values) < max(self._n_startup_trials, 1):
+            return {}
+        with one_blas_thread(), self._lock:
+            gp = self._fit(search_space, points, values)
+            point = self._optimize_acquisition(gp, encoder, points, values)
+        return encoder.decode(point)
+
+    def _fit(
+        self,
+        search_space: dict[str, BaseDistribution],
+        points: np.ndarray,
+        values: np.ndarray,
+    ) -> GaussianProcess:
+        n = len(values)
+        kept = subset_indices(values, self._max_points, self._rng)
+        points, values = points[kept], values[kept]
+        last = self._last_fit
+        warm = last[2] if last is not None and last[0] == search_space else None
+        if warm is not None and last is not None and 100 <= n < self._refit_growth * last[1]:
+            return GaussianProcess(points, values, warm)
+        gp = fit_gp(
+            points,
+            values,
+            warm_start=warm,
+            rng=self._rng,
+            n_restarts=0 if warm is not None else 1,
+            n_start_candidates=2 if warm is not None else 6,
+        )
+        self._last_fit = (search_space, n, gp.params)
+        return gp
+
+    def _optimize_acquisition(
+        self,
+        gp: GaussianProcess,
+        encoder: SearchSpaceEncoder,
+        points: np.ndarray,
+        values: np.ndarray,
+    ) -> np.ndarray:
+        top = points[np.argsort(-values, kind="stable")[:5]]
+        if self._acquisition == "thompson":
+            return thompson_candidate(
+                gp, encoder.encoding, self._rng, n_candidates=self._n_candidates, incumbents=top
+            )
+        if self._acquisition == "ucb":
+            beta = self._beta
+            if beta is None:
+                beta = 2.0 * math.log(encoder.n_columns * len(values) ** 2)
+            acquisition: Any = GPUpperConfidenceBound(gp, beta)
+        else:
+            acquisition = LogExpectedImprovement(gp, float(np.max(values)))
+        # Local candidates around the best trials, where an improvement most likely is.
+        centres = top[self._rng.integers(len(top), size=max(self._n_candidates // 8, 1))]
+        local = centres + self._rng.standard_normal(centres.shape) * gp.params.lengthscales
+        point, _ = maximize(
+            acquisition,
+            encoder.encoding,
+            self._rng,
+            n_candidates=self._n_candidates,
+            n_refinements=self._n_refinements,
+            extra_candidates=np.clip(np.vstack([top[:1], local]), 0.0, 1.0),
+        )
+        return point
+
+    def sample_independent(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        param_name: str,
+        param_distribution: BaseDistribution,
+    ) -> Any:
+        check_single_objective(study, self)
+        reason = (
+            outside_relative_space_reason(study, self._n_startup_trials)
+            if self._warn_independent_sampling
+            else None
+        )
+        return sample_independently(
+            self,
+            self._independent_sampler,
+            study,
+            trial,
+            param_name,
+            param_distribution,
+            warning_reason=reason,
+        )
+
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        self._independent_sampler.before_trial(study, trial)
+
+    def after_trial(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        state: TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        self._independent_sampler.after_trial(study, trial, state, values)
+
+
+def _observations(study: Study, encoder: SearchSpaceEncoder) -> tuple[np.ndarray, np.ndarray]:
+    """Encoded points and maximization-oriented values of the usable completed trials."""
+    trials = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,), use_cache=True)
+    usable = [
+        t
+        for t in trials
+        if t.values is not None
+        and len(t.values) == 1
+        and math.isfinite(t.values[0])
+        and encoder.contains(t.params)
+    ]
+    sign = 1.0 if study.direction == StudyDirection.MAXIMIZE else -1.0
+    values = sign * np.array([t.value for t in usable], dtype=float)
+    if not usable:
+        return np.empty((0, encoder.n_columns)), values
+    return encoder.encode([t.params for t in usable]), values

@@ -1,0 +1,193 @@
+"""The default federated sampler: space-filling start, shared scale, transfer that cannot hurt.
+
+Small, seeded federations on GP draws; the regret curves at scale are in
+``benchmarks/fts_value.py``.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import optuna
+from optuna.distributions import FloatDistribution
+import pytest
+
+from optuna_fedbo import LocalGPSampler
+from optuna_fedbo.core.local_model import normalization
+from optuna_fedbo.federation import Federation
+from optuna_fedbo.federation import FederationServer
+from optuna_fedbo.federation import FTSConfig
+from optuna_fedbo.samplers._fed_thompson import FedThompsonSampler
+from optuna_fedbo.simulation import simulate
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+UNIT = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
+_names = itertools.count()
+
+
+def _draw(rng: np.random.Generator, lengthscale: float = 0.15, k: int = 300):
+    w = rng.standard_normal((2, k)) / lengthscale
+    b = rng.uniform(0, 2 * np.pi, k)
+    a = rng.standard_normal(k) * np.sqrt(2.0 / k)
+    return lambda x: np.cos(x @ w + b) @ a
+
+
+def _sites(seed: int, n_sites: int, related: bool):
+    """Objectives of ``n_sites`` sites (near-identical or independent), their true maxima."""
+    rng = np.random.default_rng(seed)
+    grid = np.stack(np.meshgrid(*[np.linspace(0, 1, 81)] * 2), -1).reshape(-1, 2)
+    base = _draw(rng)
+    functions, maxima = [], []
+    for _ in range(n_sites):
+        own = _draw(rng)
+        f = (lambda x, own=own: base(x) + 0.05 * own(x)) if related else own
+        functions.append(f)
+        maxima.append(float(f(grid).max()))
+
+    def objective(f):
+        def run(trial: optuna.Trial) -> float:
+            x = np.array([[trial.suggest_float("x", 0, 1), trial.suggest_float("y", 0, 1)]])
+            value = float(f(x)[0])
+            trial.set_user_attr("f", value)
+            return value
+
+        return run
+
+    return [objective(f) for f in functions], maxima
+
+
+def _regret(studies, maxima, n_trials: int) -> float:
+    return float(
+        np.mean(
+            [
+                m - max(t.user_attrs["f"] for t in s.trials[:n_trials])
+                for s, m in zip(studies, maxima)
+            ]
+        )
+    )
+
+
+def _local(objectives, seed: int, n_trials: int) -> list[optuna.Study]:
+    studies = []
+    for n, objective in enumerate(objectives):
+        sampler = LocalGPSampler(n_startup_trials=4, n_candidates=256, seed=seed * 100 + n)
+        study = optuna.create_study(direction="maximize", sampler=sampler)
+        study.optimize(objective, n_trials=n_trials)
+        studies.append(study)
+    return studies
+
+
+def _federated(objectives, seed: int, n_trials: int) -> list[optuna.Study]:
+    config = FTSConfig(n_init=4)
+    return simulate(
+        objectives,
+        search_space=UNIT,
+        n_rounds=n_trials - config.n_init,
+        protocol=config,
+        seed=seed,
+        sampler_kwargs={"n_candidates": 256},
+        progress=False,
+    ).studies
+
+
+def test_similar_sites_gain_from_the_federation() -> None:
+    n_trials, fed, local = 10, [], []
+    for seed in range(3):
+        objectives, maxima = _sites(seed, 6, related=True)
+        fed.append(_regret(_federated(objectives, seed, n_trials), maxima, n_trials))
+        local.append(_regret(_local(objectives, seed, n_trials), maxima, n_trials))
+    assert np.mean(fed) < 0.6 * np.mean(local)
+
+
+def test_independent_sites_stay_close_to_local() -> None:
+    n_trials, fed, local = 12, [], []
+    for seed in range(3):
+        objectives, maxima = _sites(10 + seed, 4, related=False)
+        fed.append(_regret(_federated(objectives, seed, n_trials), maxima, n_trials))
+        local.append(_regret(_local(objectives, seed, n_trials), maxima, n_trials))
+    assert np.mean(fed) < 1.5 * np.mean(local) + 0.02
+
+
+def _federation(n_clients: int = 2, **protocol) -> Federation:
+    return Federation.create(
+        f"default-{next(_names)}",
+        search_space=UNIT,
+        n_clients=n_clients,
+        protocol=FTSConfig(**{"n_init": 5, **protocol}),
+        seed=1,
+    )
+
+
+def test_initial_design_is_a_latin_hypercube_over_the_whole_space() -> None:
+    fed = _federation()
+    study = optuna.create_study(sampler=FedThompsonSampler(fed, "a", seed=0))
+    study.optimize(lambda t: t.suggest_float("x", 0, 1) + t.suggest_float("y", 0, 1), n_trials=5)
+    points = np.array([[t.params["x"], t.params["y"]] for t in study.trials])
+    for column in points.T:  # one point in each fifth of each axis
+        np.testing.assert_array_equal(np.sort(np.floor(column * 5)), np.arange(5))
+    assert {t.system_attrs["fedbo:mode"] for t in study.trials} == {"init"}
+
+
+def test_a_late_joiner_uses_the_broadcast_from_its_first_trial() -> None:
+    fed = _federation()
+    early = optuna.create_study(direction="maximize", sampler=FedThompsonSampler(fed, "a", seed=0))
+
+    def objective(trial: optuna.Trial) -> float:
+        x, y = trial.suggest_float("x", 0, 1), trial.suggest_float("y", 0, 1)
+        return -((x - 0.8) ** 2) - (y - 0.3) ** 2
+
+    early.optimize(objective, n_trials=8)
+    FederationServer(fed).step(force=True)
+    late = optuna.create_study(direction="maximize", sampler=FedThompsonSampler(fed, "b", seed=1))
+    late.optimize(objective, n_trials=2)
+    assert late.trials[0].system_attrs["fedbo:mode"] == "federated"
+    assert late.trials[1].system_attrs["fedbo:mode"] == "init"
+    # The first point maximizes the broadcast function g(x) = phi(x)^T omega.
+    omega = fed.latest_broadcast().vectors[0]
+    grid = np.stack(np.meshgrid(*[np.linspace(0, 1, 101)] * 2), -1).reshape(-1, 2)
+    first = np.array([[late.trials[0].params["x"], late.trials[0].params["y"]]])
+    g = fed.features()
+    assert (g(first) @ omega)[0] >= (g(grid) @ omega).max() - 1e-3
+
+
+def test_transfer_steps_are_recorded_with_their_broadcast_round() -> None:
+    objectives, _ = _sites(0, 2, related=True)
+    result = simulate(
+        objectives,
+        search_space=UNIT,
+        n_rounds=3,
+        protocol=FTSConfig(n_init=3),
+        seed=0,
+        progress=False,
+    )
+    for study in result.studies:
+        modes = [t.system_attrs["fedbo:mode"] for t in study.trials]
+        assert modes == ["init"] * 3 + ["transfer"] * 3
+        rounds = [t.system_attrs.get("fedbo:broadcast_round") for t in study.trials[3:]]
+        assert rounds == [0, 1, 2]
+
+
+def test_normalization_modes() -> None:
+    values = np.array([1.0, 3.0, 5.0, 100.0])
+    assert normalization(values, "raw", 2) == (0.0, 1.0)
+    assert normalization(values, "shared", 2) == (2.0, 1.0)  # frozen after the design
+    assert normalization(values, "participant", 2) == pytest.approx((values.mean(), values.std()))
+    assert normalization(values[:1], "shared", 3) == (1.0, 1.0)  # a zero spread counts as one
+    with pytest.raises(ValueError):
+        normalization(values, "global", 2)
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("normalization", "global"),
+        ("transfer", "always"),
+        ("initial_design", "grid"),
+        ("lengthscale", -1.0),
+    ],
+)
+def test_config_rejects_bad_values(field: str, value) -> None:
+    with pytest.raises(ValueError):
+        FTSConfig(**{field: value})
