@@ -21,12 +21,10 @@ import json  # noqa: E402
 import time  # noqa: E402
 
 from ldp_common import cumulative_regret  # noqa: E402
+from ldp_common import play  # noqa: E402
 from ldp_common import plot_panels  # noqa: E402
 from ldp_common import practical_epoch_length  # noqa: E402
 from ldp_common import RESULTS  # noqa: E402
-from ldp_common import run_core  # noqa: E402
-from ldp_common import run_random  # noqa: E402
-from ldp_common import run_tpe  # noqa: E402
 from ldp_common import summarize  # noqa: E402
 from ldp_common import synthetic_problem  # noqa: E402
 import numpy as np  # noqa: E402
@@ -57,12 +55,7 @@ def run_setting(
             def reward(index: int, noise=noise, f=f) -> float:
                 return float(f[index] + noise.standard_t(DEGREES_OF_FREEDOM))
 
-            if method == "random":
-                played = run_random(len(f), horizon, seed)
-            elif method == "tpe":
-                played = run_tpe(lambda t: t.suggest_int("i", 0, 99), reward, horizon, seed)
-            else:
-                played = run_core(method, kernel, rewards, domain, reward, horizon, seed)
+            played = play(method, kernel, rewards, domain, reward, horizon, seed)
             curves[method].append(cumulative_regret(f, played))
     return curves
 

@@ -583,9 +583,7 @@ def _method_table(results: Results, problem: Problem, labels: list[str]) -> str:
 
 
 def dp_fts_de_section(report: Report, results: Results) -> None:
-    from privacy_accounting import PAPER_SETTINGS
-
-    from optuna_fedbo.privacy import compute_epsilon
+    from privacy_accounting import epsilon_table
 
     scale = report.scale
     paper = "DP-FTS-DE"
@@ -606,34 +604,15 @@ def dp_fts_de_section(report: Report, results: Results) -> None:
         f"S = {results.clips['de']:.2f} for P = 2 (the paper: 11) and "
         f"S = {results.clips['fts']:.2f} for P = 1 (the paper: 8).\n",
     ]
-    # Epsilons.
+    # Epsilons: privacy_accounting.py's table of the paper's 14 settings.
     rows, matched = [], 0
-    for name, n_agents, q, z, rounds, published in PAPER_SETTINGS:
-        values = {
-            kind: compute_epsilon(
-                noise_multiplier=z,
-                sample_rate=q,
-                rounds=rounds,
-                delta=n_agents**-1.1,
-                accountant=kind,
-            )
-            for kind in ("moments", "rdp", "pld")
-        }
-        ok = abs(values["moments"] - published) <= 0.006
+    for row in epsilon_table()[1]:
+        ok = abs(row["moments"] - row["paper"]) <= 0.006
         matched += ok
         rows.append(
-            [
-                name,
-                n_agents,
-                q,
-                z,
-                rounds,
-                f"{published:.2f}",
-                f"{values['moments']:.2f}",
-                "yes" if ok else "no",
-                f"{values['rdp']:.2f}",
-                f"{values['pld']:.2f}",
-            ]
+            [row["setting"], row["N"], row["q"], row["z"], row["T"], f"{row['paper']:.2f}"]
+            + [f"{row['moments']:.2f}", "yes" if ok else "no"]
+            + [f"{row['rdp']:.2f}", f"{row['pld']:.2f}"]
         )
     text.append("### Privacy losses (Fig. 2c/d captions; Fig. 3a landmine points)\n")
     text.append(

@@ -293,15 +293,7 @@ def dp_fts_de_synthetic_privacy(**overrides: Any) -> DPConfig:
     Departures: none in the mechanism; ``clip_norm`` should be chosen by the clipped fraction
     (:func:`clip_norm_for_fraction`); DP-FTS (Fig. 4) uses ``S = 8`` in the paper.
     """
-    base = DPConfig(
-        noise_multiplier=1.0,
-        sample_rate=0.25,
-        clip_norm=11.0,
-        delta=None,
-        accountant="moments",
-        sampling="poisson",
-        epsilon_budget=None,
-    )
+    base = replace(dp_fts_de_privacy(), sample_rate=0.25, clip_norm=11.0)
     return paper_preset("dp_fts_de_synthetic_privacy", base, _PRIVACY_SYNTHETIC, overrides)
 
 
