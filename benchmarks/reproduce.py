@@ -445,11 +445,17 @@ def run_ldp(scale: Scale, cache: st.ResultCache, deadline: float) -> None:
 
 # ------------------------------------------------------------------------------------ report
 class Results:
-    """Cached results, by (problem, method label), one entry per seed function."""
+    """Cached results, by (problem, method label), one entry per seed function.
 
-    def __init__(self, scale: Scale, cache: st.ResultCache, clips: dict[str, float]) -> None:
-        self.scale, self.cache, self.clips = scale, cache, clips
-        self.tasks = fts_family_tasks(scale)
+    ``n_init`` tells apart methods of the same label run with different initial designs on the
+    same problem (DP-FTS-DE's 10 initial points, FTS's 1).
+    """
+
+    def __init__(
+        self, scale: Scale, cache: st.ResultCache, clips: dict[str, float], n_init: int
+    ) -> None:
+        self.scale, self.cache, self.clips, self.n_init = scale, cache, clips, n_init
+        self.tasks = [t for t in fts_family_tasks(scale) if t.method.n_init == n_init]
 
     def records(self, problem: Problem, label: str) -> dict[int, dict[str, Any]]:
         out = {}
@@ -1284,9 +1290,8 @@ def write_report(
 ) -> None:
     report = Report(scale)
     if "fts" in groups and clips is not None:
-        results = Results(scale, cache, clips)
-        dp_fts_de_section(report, results)
-        fts_section(report, results)
+        dp_fts_de_section(report, Results(scale, cache, clips, n_init=fs.N_INIT))
+        fts_section(report, Results(scale, cache, clips, n_init=1))
     if "fedpne" in groups:
         fedpne_section(report, cache)
     if "ldp" in groups:
