@@ -332,11 +332,16 @@ def _worker(job: tuple[Task, Scale, dict[str, float], str]) -> str:
 
 
 def run_fts_family(
-    scale: Scale, cache: st.ResultCache, workers: int, deadline: float, max_tier: int
+    scale: Scale,
+    cache: st.ResultCache,
+    workers: int,
+    deadline: float,
+    tiers: tuple[int, int] = (0, 3),
 ) -> dict[str, float]:
     """Run every missing task, tier by tier, until the deadline; return the clip norms."""
+    min_tier, max_tier = tiers
     clips = clip_norms(scale, cache)
-    tasks = [t for t in fts_family_tasks(scale) if t.tier <= max_tier]
+    tasks = [t for t in fts_family_tasks(scale) if min_tier <= t.tier <= max_tier]
     tasks.sort(key=lambda t: (t.tier, t.seed))
     todo = [
         (t, scale, clips, str(cache.root))
@@ -1346,6 +1351,9 @@ def main() -> None:
         "DP Fig. 2c/d, 4; 2: Fig. 7, FTS Fig. 1; 3: Fig. 2b, 6, 12a)",
     )
     parser.add_argument(
+        "--min-tier", type=int, default=0, help="FTS-family runs from this tier on"
+    )
+    parser.add_argument(
         "--report-only", action="store_true", help="rewrite the report from the cache"
     )
 
@@ -1364,7 +1372,9 @@ def main() -> None:
         if args.report_only:
             clips = clip_norms(scale, cache)
         else:
-            clips = run_fts_family(scale, cache, args.workers, deadline, args.max_tier)
+            clips = run_fts_family(
+                scale, cache, args.workers, deadline, (args.min_tier, args.max_tier)
+            )
     if not args.report_only:
         if "fedpne" in groups:
             run_fedpne(scale, cache, deadline)
