@@ -91,12 +91,13 @@ def compare(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) ->
     )
 
 
+def _few(comparison: Comparison) -> str:
+    return f"too few functions ({comparison.n} < 10): " if comparison.n < 10 else ""
+
+
 def ordering_verdict(comparison: Comparison) -> str:
     """The verdict on a claim "a is better (lower) than b"."""
-    if comparison.n < 10:
-        prefix = f"too few functions ({comparison.n} < 10): "
-    else:
-        prefix = ""
+    prefix = _few(comparison)
     if comparison.mean_a < comparison.mean_b and comparison.p_less < ALPHA:
         return prefix + "**reproduced**"
     if comparison.mean_a < comparison.mean_b:
@@ -124,11 +125,12 @@ def comparable_verdict(comparison: Comparison, band: float = 0.25) -> str:
     band)]``) and the paired test does not separate them.
     """
     low, high = 1.0 - band, 1.0 / (1.0 - band)
+    prefix = _few(comparison)
     if low <= comparison.ratio <= high and comparison.p_two_sided >= ALPHA:
-        return "**reproduced** (comparable)"
+        return prefix + "**reproduced** (comparable)"
     if comparison.mean_a < comparison.mean_b:
-        return "**better** than claimed (a is lower)"
-    return "**not reproduced** (a is worse)"
+        return prefix + "**better** than claimed (clearly lower)"
+    return prefix + "**not reproduced** (clearly worse)"
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
