@@ -164,7 +164,7 @@ def fts_config(**overrides) -> FTSConfig:
         "weight_decay_rounds": 5,
         "schedule": "1-1/sqrt(t)",
         # The papers' algorithm on per-participant standardized values (see the module doc).
-        **presets.PAPER_ALGORITHM,
+        **presets.PAPER_MODEL,
         "normalization": "participant",
     }
     return FTSConfig(**{**base, **overrides})

@@ -95,17 +95,14 @@ def test_fts_config_rejects_invalid_values(kwargs: dict) -> None:
 
 
 def test_fts_config_defaults_match_the_local_sampler() -> None:
+    from optuna_fedbo.samplers._rff_thompson import DEFAULT_LENGTHSCALE
     from optuna_fedbo.samplers._rff_thompson import DEFAULT_NOISE_VARIANCE
 
     config = FTSConfig()
     assert config.lengthscale is None  # multi-scale shared features (issue 10)
     assert config.noise_variance == DEFAULT_NOISE_VARIANCE
     assert config.aggregation == "weighted"
-    assert presets.PAPER_ALGORITHM == {
-        "normalization": "raw",
-        "initial_design": "uniform",
-        "transfer": "schedule",
-    }
+    assert presets.PAPER_ALGORITHM["lengthscale"] == DEFAULT_LENGTHSCALE
 
 
 def test_protocol_registry_round_trip_and_unknown_kind() -> None:
