@@ -12,6 +12,7 @@ from optuna.distributions import IntDistribution
 from optuna_fedbo import RFFThompsonSampler
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation import simulate
+from optuna_fedbo.federation.fts.presets import PAPER_ALGORITHM
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -54,12 +55,13 @@ def _regret(studies: list[optuna.Study], functions: np.ndarray) -> float:
 def _config(**overrides) -> FTSConfig:
     base = dict(
         n_features=50,
-        lengthscale=0.05,
         noise_variance=0.1,
         n_init=N_INIT,
         weight_hold_rounds=3,
         weight_decay_rounds=3,
         schedule="1-1/sqrt(t)",
+        # The papers' algorithm; tests/test_fts_default.py checks the default sampler.
+        **{**PAPER_ALGORITHM, "lengthscale": 0.05},
     )
     return FTSConfig(**{**base, **overrides})
 

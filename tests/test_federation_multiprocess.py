@@ -92,7 +92,8 @@ def _run_federation(storage: str) -> None:
         assert outcome["n_trials"] == N_TRIALS and outcome["warnings"] == []
         assert outcome["last_upload_round"] == N_ROUNDS - 1
         assert outcome["modes"][:N_INIT] == ["init"] * N_INIT
-        assert set(outcome["modes"][N_INIT:]) <= {"local", "federated"}
+        # The default sampler: its own GP with the broadcast as prior mean (issue 10).
+        assert set(outcome["modes"][N_INIT:]) <= {"transfer", "fallback"}
     loaded = Federation.load(name, storage)
     assert loaded.open_round() == N_ROUNDS
     trials = loaded.store.broadcast_trials()

@@ -1,4 +1,4 @@
-"""Multi-scale features and the transfer posterior against their closed forms."""
+"""Multi-scale features and the broadcast's prior weight against their closed forms."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from optuna_fedbo.core.rff import mixture_kernel
 from optuna_fedbo.core.rff import RandomFourierFeatures
 from optuna_fedbo.core.rff import scale_window
 from optuna_fedbo.core.rff import se_kernel
-from optuna_fedbo.core.transfer import TransferPosterior
+from optuna_fedbo.core.transfer import prior_weight
 
 
 def test_mixture_kernel_is_the_average_of_se_kernels() -> None:
@@ -63,58 +63,53 @@ def test_scale_window_keeps_the_prior_variance() -> None:
     np.testing.assert_array_equal(scale_window(lengthscales, None), 1.0)
 
 
-def _explicit_gp(phi, y, lam, s, g, c0, tau2, phi_test):
-    # y ~ N(c0 g, Phi S^2 Phi^T + tau^2 g g^T + lambda I) with explicit n x n matrices.
-    kernel = phi @ np.diag(s**2) @ phi.T + lam * np.eye(len(y))
-    full = kernel + tau2 * np.outer(g, g)
-    residual = y - c0 * g
-    k_inv = np.linalg.inv(kernel)
+def _explicit_weight(phi, y, lam, s, g, c0, tau2):
+    # y ~ N(c g + Phi omega, lambda I), c ~ N(c0, tau^2), omega ~ N(0, diag(s^2)): explicit
+    # n x n generalized least squares for c.
+    k_inv = np.linalg.inv(phi @ np.diag(s**2) @ phi.T + lam * np.eye(len(y)))
     precision = 1 / tau2 + g @ k_inv @ g
-    c_mean = (c0 / tau2 + g @ k_inv @ y) / precision
-    _, log_det = np.linalg.slogdet(full)
-    log_ml = -0.5 * (residual @ np.linalg.solve(full, residual) + log_det)
-    log_ml -= 0.5 * len(y) * np.log(2 * np.pi)
-    # Predictive mean of f = c g + phi^T omega at test points (g_test from the test features).
-    return c_mean, 1 / precision, log_ml, kernel
+    return (c0 / tau2 + g @ k_inv @ y) / precision, 1 / precision
 
 
-def test_transfer_posterior_matches_the_explicit_gp() -> None:
+def _weight(stats, posterior, phi, g, y, **prior):
+    return prior_weight(posterior, phi.T @ g, float(g @ g), float(g @ y), **prior)[:2]
+
+
+def test_prior_weight_matches_the_explicit_gp() -> None:
     rng = np.random.default_rng(0)
     m, n, lam, c0, tau2 = 12, 9, 0.05, 1.0, 0.5
     phi = rng.standard_normal((n, m)) / np.sqrt(m)
-    b = rng.standard_normal(m)
     s = np.exp(rng.uniform(-0.5, 0.5, size=m))
-    y = 0.7 * phi @ b + 0.3 * rng.standard_normal(n)
+    g = rng.standard_normal(n)  # any prior-mean function's values at the points
+    y = 0.7 * g + 0.3 * rng.standard_normal(n)
     stats = SufficientStatistics(m)
     stats.add(phi, y)
-    local = stats.posterior(lam, standardize=False, prior_scales=s)
-    transfer = TransferPosterior(local, stats.gram, b, prior_mean=c0, prior_variance=tau2)
-    c_mean, c_var, log_ml, kernel = _explicit_gp(phi, y, lam, s, phi @ b, c0, tau2, None)
-    assert transfer.weight_mean == pytest.approx(c_mean, rel=1e-9)
-    assert transfer.weight_variance == pytest.approx(c_var, rel=1e-9)
-    assert transfer.log_marginal_likelihood() == pytest.approx(log_ml, rel=1e-9)
-    # The posterior mean of omega given c: S^2 Phi^T K^{-1} (y - c g).
-    omega = np.diag(s**2) @ phi.T @ np.linalg.solve(kernel, y - c_mean * (phi @ b))
-    np.testing.assert_allclose(transfer.mean, c_mean * b + omega, rtol=1e-8, atol=1e-10)
-    draws = np.array([transfer.sample(np.random.default_rng(i)) for i in range(4000)])
-    np.testing.assert_allclose(draws.mean(axis=0), transfer.mean, atol=0.08)
+    posterior = stats.posterior(lam, standardize=False, prior_scales=s)
+    mean, variance = _weight(stats, posterior, phi, g, y, prior_mean=c0, prior_variance=tau2)
+    expected_mean, expected_variance = _explicit_weight(phi, y, lam, s, g, c0, tau2)
+    assert mean == pytest.approx(expected_mean, rel=1e-9)
+    assert variance == pytest.approx(expected_variance, rel=1e-9)
+    with pytest.raises(ValueError):
+        prior_weight(posterior, phi.T @ g, 1.0, 1.0, prior_variance=0.0)
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_transfer_weight_follows_the_data(seed: int) -> None:
-    # Related data keep the broadcast's weight near one; unrelated data pull it to zero.
+def test_prior_weight_follows_the_data(seed: int) -> None:
+    # A function that predicts the data keeps its weight near one; an unrelated one gets ~0.
     rng = np.random.default_rng(seed)
     features = RandomFourierFeatures(2, 100, (0.02, 0.5), seed=seed)
     x = rng.uniform(size=(40, 2))
     phi = features(x)
     b = rng.standard_normal(100)
-    related, unrelated = SufficientStatistics(100), SufficientStatistics(100)
-    related.add(phi, phi @ b + 0.05 * rng.standard_normal(40))
-    unrelated.add(phi, phi @ rng.standard_normal(100))
-    posteriors = [
-        TransferPosterior(s.posterior(0.01, standardize=False), s.gram, b)
-        for s in (related, unrelated)
-    ]
-    assert posteriors[0].weight_mean == pytest.approx(1.0, abs=0.1)
-    assert abs(posteriors[1].weight_mean) < 3 * np.sqrt(posteriors[1].weight_variance)
-    assert abs(posteriors[1].weight_mean) < 0.5
+    g = phi @ b
+    for y, related in (
+        (g + 0.05 * rng.standard_normal(40), True),
+        (phi @ rng.standard_normal(100), False),
+    ):
+        stats = SufficientStatistics(100)
+        stats.add(phi, y)
+        mean, variance = _weight(stats, stats.posterior(0.01, standardize=False), phi, g, y)
+        if related:
+            assert mean == pytest.approx(1.0, abs=0.1)
+        else:
+            assert abs(mean) < min(3 * np.sqrt(variance), 0.5)

@@ -32,8 +32,6 @@ from dataclasses import dataclass
 import math
 
 import numpy as np
-import scipy.linalg
-import scipy.optimize
 
 from optuna_fedbo.core.threads import one_blas_thread
 
@@ -138,6 +136,8 @@ class GaussianProcess:
         *,
         prior_mean: np.ndarray | None = None,
     ) -> None:
+        import scipy.linalg
+
         X, y, prior = _validate_data(X, y, prior_mean)
         if params.lengthscales.shape != (X.shape[1],):
             raise ValueError(
@@ -150,6 +150,8 @@ class GaussianProcess:
         residual = y - prior
         self.offset, self.scale = _standardization(residual, y)
         self._targets = (residual - self.offset) / self.scale
+        self._scaled_X = X / params.lengthscales
+        self._scaled_norms = np.sum(self._scaled_X**2, axis=1)
         with one_blas_thread():
             gram = self._kernel(X, X)
             gram[np.diag_indices_from(gram)] += params.noise_variance
@@ -186,19 +188,33 @@ class GaussianProcess:
             ``(mean, variance, mean_grad, variance_grad)``: arrays of shape ``(m,)``, and
             ``(m, D)`` for the gradients (``None`` unless ``with_grads``).
         """
+        import scipy.linalg
+
         X = np.atleast_2d(np.asarray(X, dtype=float))
+        signal = self.params.signal_variance
+        inv_l2 = self.params.lengthscales**-2
         with one_blas_thread():
-            inv_l2 = self.params.lengthscales**-2
+            if not with_grads:
+                # |a - b|^2 = |a|^2 + |b|^2 - 2 a.b on scaled inputs: no (m, n, D) tensor.
+                a, b = X / self.params.lengthscales, self._scaled_X
+                sq = np.maximum(
+                    np.sum(a * a, axis=1)[:, None] + self._scaled_norms[None, :] - 2.0 * a @ b.T,
+                    0.0,
+                )
+                k = signal * matern52(sq)
+                half = scipy.linalg.solve_triangular(
+                    self._cholesky, k.T, lower=True, check_finite=False
+                )
+                variance = np.maximum(signal - np.sum(half * half, axis=0), 0.0)
+                return k @ self._alpha, variance, None, None
             diff = X[:, None, :] - self.X[None, :, :]
             sq = (diff * diff) @ inv_l2
-            k = self.params.signal_variance * matern52(sq)
+            k = signal * matern52(sq)
             mean = k @ self._alpha
             solved = scipy.linalg.cho_solve((self._cholesky, True), k.T, check_finite=False).T
-            variance = np.maximum(self.params.signal_variance - np.sum(k * solved, axis=1), 0.0)
-            if not with_grads:
-                return mean, variance, None, None
+            variance = np.maximum(signal - np.sum(k * solved, axis=1), 0.0)
             # d k(x, x_i) / dx = sigma_f^2 Matern52'(r^2) 2 (x - x_i) / l^2.
-            dk = (2.0 * self.params.signal_variance) * _matern52_derivative(sq)
+            dk = (2.0 * signal) * _matern52_derivative(sq)
             mean_grad = np.einsum("mn,mnd->md", dk * self._alpha, diff) * inv_l2
             variance_grad = -2.0 * np.einsum("mn,mnd->md", dk * solved, diff) * inv_l2
         return mean, variance, mean_grad, variance_grad
@@ -269,6 +285,8 @@ class GaussianProcess:
         Returns:
             Array of shape ``(n_samples, m)`` in the units of ``y``.
         """
+        import scipy.linalg
+
         X = np.atleast_2d(np.asarray(X, dtype=float))
         prior = self._prior_at(X, prior_mean)
         with one_blas_thread():
@@ -284,6 +302,8 @@ class GaussianProcess:
 
 def _psd_factor(cov: np.ndarray, signal_variance: float) -> np.ndarray:
     """A matrix ``F`` with ``F F^T ~= cov`` for a (numerically) PSD ``cov``."""
+    import scipy.linalg
+
     jitter = 1e-10 * signal_variance
     for _ in range(4):
         try:
@@ -361,6 +381,8 @@ def log_posterior_and_grad(
         ``(value, gradient)``; ``(-inf, zeros)`` where the kernel matrix is not positive
         definite.
     """
+    import scipy.linalg
+
     n, _, n_columns = sq_diff.shape
     params = KernelParams.from_raw(raw, minimum_noise)
     inv_l2 = params.lengthscales**-2
@@ -470,6 +492,8 @@ def _maximize(
     start: np.ndarray,
     max_iterations: int,
 ) -> tuple[np.ndarray, float]:
+    import scipy.optimize
+
     def negative(raw: np.ndarray) -> tuple[float, np.ndarray]:
         value, grad = objective(raw)
         if not math.isfinite(value):

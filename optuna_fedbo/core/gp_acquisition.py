@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.special
 
 from optuna_fedbo.core.acquisition import AcquisitionFunction
 from optuna_fedbo.core.gp import GaussianProcess
@@ -30,6 +29,8 @@ def log_h(z: np.ndarray) -> np.ndarray:
 
     Accurate for very negative ``z`` (via ``erfcx``), where the direct formula cancels.
     """
+    import scipy.special
+
     z = np.asarray(z, dtype=float)
     out = np.empty_like(z)
     direct = z > -1.0
@@ -49,6 +50,8 @@ def log_h(z: np.ndarray) -> np.ndarray:
 
 def _log_h_derivative(z: np.ndarray, log_h_z: np.ndarray) -> np.ndarray:
     """``d log h / dz = Phi(z) / h(z)``."""
+    import scipy.special
+
     return np.exp(scipy.special.log_ndtr(z) - log_h_z)
 
 

@@ -8,6 +8,8 @@ With prior ``omega ~ N(0, I)``, features ``Phi`` (``t x M``) and noise variance 
 
 Everything is computed from sufficient statistics (``Phi^T Phi``, ``Phi^T y``, ...), which grow by
 ``O(M^2)`` per observation, and a Cholesky factor of ``Sigma_t``; no matrix is ever inverted.
+These matrices are small, so all linear algebra runs on one BLAS thread
+(:func:`~optuna_fedbo.core.threads.one_blas_thread`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from dataclasses import field
 import math
 
 import numpy as np
+
+from optuna_fedbo.core.threads import one_blas_thread
 
 
 @dataclass
@@ -53,9 +57,10 @@ class SufficientStatistics:
             raise ValueError("features must have shape (len(targets), n_features).")
         if not np.all(np.isfinite(targets)):
             raise ValueError("Targets must be finite.")
-        self.gram += features.T @ features
-        self.feature_sum += features.sum(axis=0)
-        self.feature_target += features.T @ targets
+        with one_blas_thread():
+            self.gram += features.T @ features
+            self.feature_sum += features.sum(axis=0)
+            self.feature_target += features.T @ targets
         self.target_sum += float(targets.sum())
         self.target_square_sum += float(targets @ targets)
         self.count += len(targets)
@@ -158,10 +163,11 @@ class LinearPosterior:
             scaled_target = feature_target * self.prior_scales
         precision[np.diag_indices(n_features)] += self.noise_variance
         # Inputs are finite by construction (SufficientStatistics rejects non-finite targets).
-        self.cholesky = scipy.linalg.cholesky(precision, lower=True, check_finite=False)
-        self.scaled_mean = scipy.linalg.cho_solve(
-            (self.cholesky, True), scaled_target, check_finite=False
-        )
+        with one_blas_thread():
+            self.cholesky = scipy.linalg.cholesky(precision, lower=True, check_finite=False)
+            self.scaled_mean = scipy.linalg.cho_solve(
+                (self.cholesky, True), scaled_target, check_finite=False
+            )
         self.mean: np.ndarray = self.scale(self.scaled_mean)
         self.feature_target = np.asarray(feature_target, dtype=float)
         self._scaled_target = scaled_target
@@ -194,9 +200,10 @@ class LinearPosterior:
         n = 1 if size is None else size
         normal = rng.standard_normal((self.n_features, n))
         # Sigma = L L^T, so L^{-T} z has covariance Sigma^{-1}.
-        deviation = scipy.linalg.solve_triangular(
-            self.cholesky, normal, lower=True, trans="T", check_finite=False
-        )
+        with one_blas_thread():
+            deviation = scipy.linalg.solve_triangular(
+                self.cholesky, normal, lower=True, trans="T", check_finite=False
+            )
         draws = self.scale(self.scaled_mean[:, None] + math.sqrt(self.noise_variance) * deviation)
         return draws[:, 0] if size is None else draws.T
 
@@ -208,9 +215,10 @@ class LinearPosterior:
         """
         import scipy.linalg
 
-        solved = scipy.linalg.cho_solve(
-            (self.cholesky, True), self.scale(features.T), check_finite=False
-        )
+        with one_blas_thread():
+            solved = scipy.linalg.cho_solve(
+                (self.cholesky, True), self.scale(features.T), check_finite=False
+            )
         return self.scale(solved).T
 
     def predict(self, features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -224,9 +232,10 @@ class LinearPosterior:
         """
         import scipy.linalg
 
-        half = scipy.linalg.solve_triangular(
-            self.cholesky, self.scale(features.T), lower=True, check_finite=False
-        )
+        with one_blas_thread():
+            half = scipy.linalg.solve_triangular(
+                self.cholesky, self.scale(features.T), lower=True, check_finite=False
+            )
         return features @ self.mean, self.noise_variance * np.sum(half * half, axis=0)
 
     def log_determinant(self) -> float:

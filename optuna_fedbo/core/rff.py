@@ -15,8 +15,9 @@ approximate the scale mixture of SE kernels (:func:`mixture_kernel`)::
     k(r) = E_{log l ~ U(log l_min, log l_max)} exp(-r^2 / (2 l^2))
          = (E1(r^2 / (2 l_max^2)) - E1(r^2 / (2 l_min^2))) / (2 log(l_max / l_min)),
 
-with ``E1`` the exponential integral, and a participant can still choose, from its own data, how
-much prior weight each scale gets (:func:`scale_window`), without changing the shared basis.
+with ``E1`` the exponential integral. A participant may also weight the scales differently in
+its own prior (:func:`scale_window`) without changing the shared basis;
+``benchmarks/fts_value.py --features`` measures that against equal weights.
 """
 
 from __future__ import annotations

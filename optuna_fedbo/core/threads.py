@@ -10,45 +10,52 @@ afterwards, so the user's own numerical code keeps its threads.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Iterator
 from contextlib import contextmanager
 import threading
 
 from threadpoolctl import ThreadpoolController
 
+_lock = threading.Lock()
 _controller: ThreadpoolController | None = None
-_controller_lock = threading.Lock()
-# Nesting depth per thread: only the outermost block sets and restores the limits.
-_depth = threading.local()
+# BLAS limits are process-wide: the first block to enter (in any thread) sets them, the last
+# to leave restores what was there before.
+_active = 0
+_restore: Callable[[], None] | None = None
 
 
-def _get_controller() -> ThreadpoolController:
-    # Building a controller scans the loaded libraries (~1 ms); do it once. numpy and scipy load
-    # their BLAS at import, before any caller of this module can run.
-    global _controller
-    with _controller_lock:
-        if _controller is None:
-            _controller = ThreadpoolController()
-        return _controller
+def _enter() -> None:
+    global _controller, _active, _restore
+    with _lock:
+        if _active == 0:
+            # Building a controller scans the loaded libraries (~1 ms); do it once, after
+            # loading scipy's own BLAS (numpy's is loaded already) so that both are covered.
+            if _controller is None:
+                import scipy.linalg  # noqa: F401
+
+                _controller = ThreadpoolController()
+            _restore = _controller.limit(limits=1, user_api="blas").restore_original_limits
+        _active += 1
+
+
+def _leave() -> None:
+    global _active, _restore
+    with _lock:
+        _active -= 1
+        if _active == 0 and _restore is not None:
+            _restore()
+            _restore = None
 
 
 @contextmanager
 def one_blas_thread() -> Iterator[None]:
-    """Run the block with BLAS limited to one thread (a no-op when already inside one).
+    """Run the block with BLAS limited to one thread; blocks nest, also across threads.
 
     Costs about 10 microseconds per outermost entry.
     """
-    depth = getattr(_depth, "value", 0)
-    if depth > 0:
-        _depth.value = depth + 1
-        try:
-            yield
-        finally:
-            _depth.value -= 1
-        return
-    _depth.value = 1
+    _enter()
     try:
-        with _get_controller().limit(limits=1, user_api="blas"):
-            yield
+        yield
     finally:
-        _depth.value = 0
+        _leave()

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler
+from optuna.samplers import RandomSampler
 from optuna.samplers._base import _INDEPENDENT_SAMPLING_WARNING_TEMPLATE
+from optuna.search_space import IntersectionSearchSpace
 from optuna.study import Study
 from optuna.trial import FrozenTrial
 from optuna.trial import TrialState
@@ -68,3 +72,83 @@ def sample_independently(
             )
         )
     return independent_sampler.sample_independent(study, trial, param_name, param_distribution)
+
+
+class LocalModelSampler(BaseSampler):
+    """What a sampler with a model of the study's own trials shares with every other one.
+
+    The model covers the intersection search space (minus single-valued parameters) once
+    ``n_startup_trials`` trials have completed; everything else goes to ``independent_sampler``
+    with Optuna's usual warning. Subclasses implement ``sample_relative``.
+
+    Args:
+        n_startup_trials: Number of trials sampled by ``independent_sampler`` first.
+        independent_sampler: Defaults to :class:`~optuna.samplers.RandomSampler`.
+        warn_independent_sampling: Warn when a parameter is sampled independently after the
+            startup trials.
+        seed: Seed of the sampler's own randomness (``self._rng``).
+    """
+
+    def __init__(
+        self,
+        *,
+        n_startup_trials: int,
+        independent_sampler: BaseSampler | None,
+        warn_independent_sampling: bool,
+        seed: int | None,
+    ) -> None:
+        if n_startup_trials < 0:
+            raise ValueError(f"n_startup_trials must be non-negative, got {n_startup_trials}.")
+        self._n_startup_trials = n_startup_trials
+        self._rng = np.random.default_rng(seed)
+        self._independent_sampler = independent_sampler or RandomSampler(seed=seed)
+        self._warn_independent_sampling = warn_independent_sampling
+        self._intersection_search_space = IntersectionSearchSpace()
+
+    def reseed_rng(self) -> None:
+        self._rng = np.random.default_rng()
+        self._independent_sampler.reseed_rng()
+
+    def infer_relative_search_space(
+        self, study: Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
+        return {
+            name: distribution
+            for name, distribution in self._intersection_search_space.calculate(study).items()
+            if not distribution.single()
+        }
+
+    def sample_independent(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        param_name: str,
+        param_distribution: BaseDistribution,
+    ) -> Any:
+        check_single_objective(study, self)
+        reason = (
+            outside_relative_space_reason(study, self._n_startup_trials)
+            if self._warn_independent_sampling
+            else None
+        )
+        return sample_independently(
+            self,
+            self._independent_sampler,
+            study,
+            trial,
+            param_name,
+            param_distribution,
+            warning_reason=reason,
+        )
+
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        self._independent_sampler.before_trial(study, trial)
+
+    def after_trial(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        state: TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        self._independent_sampler.after_trial(study, trial, state, values)

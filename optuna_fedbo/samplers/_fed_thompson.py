@@ -23,7 +23,6 @@ from optuna_fedbo.core.acquisition import LinearAcquisition
 from optuna_fedbo.core.acquisition import maximize
 from optuna_fedbo.core.acquisition import RegionwiseLinear
 from optuna_fedbo.core.acquisition import ScaledFunction
-from optuna_fedbo.core.local_model import ModelSelection
 from optuna_fedbo.core.local_model import normalization
 from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.posterior import SufficientStatistics
@@ -51,6 +50,8 @@ MODE_ATTR = "fedbo:mode"
 BROADCAST_ROUND_ATTR = "fedbo:broadcast_round"
 
 _OWN_DIGESTS_KEPT = 4
+#: Most observations the local GP is fitted to (the cost per trial stays bounded).
+_MAX_GP_POINTS = 256
 
 
 class FedThompsonSampler(BaseSampler):
@@ -80,12 +81,12 @@ class FedThompsonSampler(BaseSampler):
       ``phi(x)^T omega_n`` for the vector of one other agent drawn uniformly
       (``aggregation="sample"``, the original FTS). Without a broadcast it runs local TS.
 
-    In both cases, after every finished trial it draws ``omega_{n,t}`` from its posterior over
-    the shared random features, fitted to its values oriented for maximization and normalized
-    as ``FTSConfig.normalization`` says (with multi-scale features, the prior weight of each
-    scale and the noise variance are chosen by marginal likelihood on its own values), and
-    uploads it to the open round. Errors there are logged, never raised into
-    ``study.optimize``.
+    In both cases, after every finished trial it fits its posterior over the shared random
+    features to its values, oriented for maximization and normalized as
+    ``FTSConfig.normalization`` says, and uploads
+    ``omega_{n,t}`` to the open round: the posterior mean by default, a posterior draw (the
+    papers' Thompson sample) with ``transfer="schedule"``. Errors there are logged, never
+    raised into ``study.optimize``.
 
     The participant's trials stay in its own study; only ``omega`` leaves it. Asynchronous by
     default (each trial uses the newest broadcast it can read); ``synchronous=True`` waits, before
@@ -104,7 +105,7 @@ class FedThompsonSampler(BaseSampler):
             ``None`` uses the federation's default.
         local_sampler: Optional Optuna sampler for the local steps of
             ``transfer="schedule"`` (instead of local TS on the shared features). The uploads
-            are drawn from the RFF posterior in both cases.
+            come from the RFF posterior in both cases.
         synchronous: Wait for the current round's broadcast before each BO iteration.
         sync_timeout: Longest wait in synchronous mode (seconds; ``None``: no limit). On
             expiry the newest broadcast is used and a warning is logged.
@@ -155,16 +156,16 @@ class FedThompsonSampler(BaseSampler):
         self._partition = federation.partition()
         self._space = {n: d for n, d in federation.search_space.items() if not d.single()}
         self._observations = TrialObservations(self._encoder, [self._features])
-        if fts.lengthscale is None:
-            self._selection = ModelSelection(self._features.lengthscales)
-        else:
-            self._selection = ModelSelection(
-                self._features.lengthscales, (None,), (fts.noise_variance,)
-            )
         # The participant's own space-filling initial design (from its own seed).
         self._design_rng = np.random.default_rng(None if seed is None else [seed, 1])
         self._design: np.ndarray | None = None
-        self._gp_params: Any = None  # the last fit's kernel parameters (a warm start)
+        # Public reference points to standardize broadcast functions on (same for everyone).
+        self._reference = self._encoder.encoding.sample(
+            256, np.random.default_rng([federation.seed, 2])
+        )
+        # The last GP fit's kernel parameters (a warm start) and its number of observations.
+        self._gp_params: Any = None
+        self._gp_count = 0
         self._outside = RFFThompsonSampler(
             n_features=fts.n_features,
             lengthscale="auto" if fts.lengthscale is None else fts.lengthscale,
@@ -284,10 +285,10 @@ class FedThompsonSampler(BaseSampler):
                 return self._encoder.decode(self._maximize(function))
             self._record(study, trial, "init")
             return self._encoder.decode(self._initial_point(trial.number))
+        if transfer:
+            return self._transfer_step(study, trial)
         with self._lock:
             posterior = self._posterior()
-        if transfer:
-            return self._transfer_step(study, trial, posterior)
         iteration = n_observed - fts.n_init + 1
         if self._rng.uniform() <= local_probability(self._schedule, iteration):
             return self._local_step(study, trial, posterior, "local")
@@ -339,7 +340,9 @@ class FedThompsonSampler(BaseSampler):
         self, statistics: SufficientStatistics | None = None, extra: float | None = None
     ) -> LinearPosterior:
         statistics = statistics or self._observations.statistics[0]
-        return self._selection.posterior(statistics, self._normalization(extra))
+        return statistics.posterior(
+            self._fts.noise_variance, standardize=self._normalization(extra)
+        )
 
     def _maximize(
         self, function: AcquisitionFunction, extra: np.ndarray | None = None
@@ -375,9 +378,7 @@ class FedThompsonSampler(BaseSampler):
             return LinearAcquisition(self._features, vectors[0])
         return RegionwiseLinear(self._features, vectors, self._partition.index_of)
 
-    def _transfer_step(
-        self, study: Study, trial: FrozenTrial, posterior: LinearPosterior
-    ) -> dict[str, Any]:
+    def _transfer_step(self, study: Study, trial: FrozenTrial) -> dict[str, Any]:
         """Expected improvement on the local GP whose prior mean is the weighted broadcast.
 
         The weight ``c`` of the broadcast function ``g`` is its posterior mean under the local
@@ -386,19 +387,27 @@ class FedThompsonSampler(BaseSampler):
         broadcast leaves the plain local GP.
         """
         from optuna_fedbo.core.gp import fit_gp
+        from optuna_fedbo.core.gp import GaussianProcess
+        from optuna_fedbo.core.gp import subset_indices
         from optuna_fedbo.core.gp_acquisition import LogExpectedImprovement
 
         broadcast = self._usable_broadcast()
         function = None if broadcast is None else self._broadcast_function(broadcast)
         with self._lock:
+            posterior = self._posterior()
             points = self._observations.points.copy()
             mean, std = self._normalization()
             values = (self._observations.targets - mean) / std
-            warm = self._gp_params
+            warm, last_count = self._gp_params, self._gp_count
         prior_values = prior_function = None
         if function is not None:
             assert broadcast is not None
-            at_points = function.values(points)
+            # g standardized over the search space (a fixed reference sample), so that its
+            # weight is about one where it has the shape of the participant's normalized values,
+            # however many participants it averages (which shrinks it) and however noisy.
+            reference = function.values(self._reference)
+            shift, spread = float(reference.mean()), max(float(reference.std()), 1e-12)
+            at_points = (function.values(points) - shift) / spread
             weight, _, _ = prior_weight(
                 posterior,
                 self._features(points).T @ at_points,
@@ -406,21 +415,31 @@ class FedThompsonSampler(BaseSampler):
                 float(at_points @ values),
             )
             prior_values = weight * at_points
-            prior_function = ScaledFunction(function, weight)
+            prior_function = ScaledFunction(function, weight / spread, -weight * shift / spread)
             self._record(study, trial, "transfer", broadcast.round)
         else:
             self._record(study, trial, "fallback")
+        n = len(values)
         with one_blas_thread():
-            gp = fit_gp(
-                points,
-                values,
-                prior_mean=prior_values,
-                warm_start=warm,
-                rng=self._rng,
-                n_restarts=0 if warm is not None else 1,
-                n_start_candidates=2 if warm is not None else 6,
-            )
-            self._gp_params = gp.params
+            # Beyond _MAX_GP_POINTS the GP sees the best half and a random rest; beyond 100
+            # observations its hyperparameters are refitted only after 10% growth.
+            kept = subset_indices(values, _MAX_GP_POINTS, self._rng)
+            x, y = points[kept], values[kept]
+            prior = None if prior_values is None else prior_values[kept]
+            if warm is not None and 100 <= n < 1.1 * last_count:
+                gp = GaussianProcess(x, y, warm, prior_mean=prior)
+            else:
+                gp = fit_gp(
+                    x,
+                    y,
+                    prior_mean=prior,
+                    warm_start=warm,
+                    rng=self._rng,
+                    n_restarts=0 if warm is not None else 1,
+                    n_start_candidates=2 if warm is not None else 6,
+                )
+                with self._lock:
+                    self._gp_params, self._gp_count = gp.params, n
             top = points[np.argsort(-values, kind="stable")[:5]]
             point = self._maximize(
                 LogExpectedImprovement(gp, float(values.max()), prior_function), top
@@ -604,7 +623,9 @@ class FedThompsonSampler(BaseSampler):
                 _logger.debug(f"{self.client_id}: no observation yet, nothing to upload.")
                 return
             posterior = self._posterior(statistics, extra)
-        omega = posterior.sample(self._rng)
+        # The papers share a Thompson sample; the default shares the posterior mean, the
+        # participant's best estimate (the average of samples is noisier at equal privacy).
+        omega = posterior.mean if self._fts.transfer == "prior" else posterior.sample(self._rng)
         round_index = self.federation.upload(
             self.client_id,
             omega,

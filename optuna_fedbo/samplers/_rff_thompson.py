@@ -2,27 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import threading
 from typing import Any
 
-import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler
-from optuna.samplers import RandomSampler
-from optuna.search_space import IntersectionSearchSpace
 from optuna.study import Study
 from optuna.trial import FrozenTrial
-from optuna.trial import TrialState
 
 from optuna_fedbo.core.acquisition import LinearAcquisition
 from optuna_fedbo.core.acquisition import maximize
 from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.rff import RandomFourierFeatures
+from optuna_fedbo.core.threads import one_blas_thread
 from optuna_fedbo.samplers._common import check_single_objective
-from optuna_fedbo.samplers._common import outside_relative_space_reason
-from optuna_fedbo.samplers._common import sample_independently
+from optuna_fedbo.samplers._common import LocalModelSampler
 from optuna_fedbo.samplers._observations import TrialObservations
 from optuna_fedbo.search_space import SearchSpaceEncoder
 
@@ -41,7 +36,7 @@ AUTO_LENGTHSCALES = (0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
 AUTO_NOISE_VARIANCES = (1e-4, 1e-3, 1e-2, 1e-1)
 
 
-class RFFThompsonSampler(BaseSampler):
+class RFFThompsonSampler(LocalModelSampler):
     """Thompson sampling with a Bayesian linear model on random Fourier features.
 
     Each trial draws ``omega`` from the posterior ``N(nu_t, lambda Sigma_t^{-1})`` of a Bayesian
@@ -98,25 +93,24 @@ class RFFThompsonSampler(BaseSampler):
             raise ValueError(
                 f"noise_variance must be a positive number or 'auto', got {noise_variance!r}."
             )
-        if n_startup_trials < 0:
-            raise ValueError(f"n_startup_trials must be non-negative, got {n_startup_trials}.")
+        super().__init__(
+            n_startup_trials=n_startup_trials,
+            independent_sampler=independent_sampler,
+            warn_independent_sampling=warn_independent_sampling,
+            seed=seed,
+        )
         self._n_features = n_features
         self._lengthscales = AUTO_LENGTHSCALES if lengthscale == "auto" else (float(lengthscale),)
         self._noise_variances = (
             AUTO_NOISE_VARIANCES if noise_variance == "auto" else (float(noise_variance),)
         )
-        self._n_startup_trials = n_startup_trials
         self._n_candidates = n_candidates
         self._n_refinements = n_refinements
-        self._rng = np.random.default_rng(seed)
         self._feature_seed = (
             feature_seed
             if feature_seed is not None
             else (seed if seed is not None else int(self._rng.integers(2**31)))
         )
-        self._independent_sampler = independent_sampler or RandomSampler(seed=seed)
-        self._warn_independent_sampling = warn_independent_sampling
-        self._intersection_search_space = IntersectionSearchSpace()
         self._observations: TrialObservations | None = None
         # (observation count, feature-map index, noise variance) of the last model selection.
         self._selection: tuple[int, int, float] | None = None
@@ -124,26 +118,13 @@ class RFFThompsonSampler(BaseSampler):
         # posterior must never be built from statistics that another thread is updating.
         self._model_lock = threading.Lock()
 
-    def reseed_rng(self) -> None:
-        self._rng = np.random.default_rng()
-        self._independent_sampler.reseed_rng()
-
-    def infer_relative_search_space(
-        self, study: Study, trial: FrozenTrial
-    ) -> dict[str, BaseDistribution]:
-        return {
-            name: distribution
-            for name, distribution in self._intersection_search_space.calculate(study).items()
-            if not distribution.single()
-        }
-
     def sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
         check_single_objective(study, self)
         if search_space == {}:
             return {}
-        with self._model_lock:
+        with one_blas_thread(), self._model_lock:
             observations = self._observations_for(search_space)
             observations.update(study)
             if observations.count < self._n_startup_trials:
@@ -161,41 +142,6 @@ class RFFThompsonSampler(BaseSampler):
             extra_candidates=extra,
         )
         return observations.encoder.decode(point)
-
-    def sample_independent(
-        self,
-        study: Study,
-        trial: FrozenTrial,
-        param_name: str,
-        param_distribution: BaseDistribution,
-    ) -> Any:
-        check_single_objective(study, self)
-        reason = (
-            outside_relative_space_reason(study, self._n_startup_trials)
-            if self._warn_independent_sampling
-            else None
-        )
-        return sample_independently(
-            self,
-            self._independent_sampler,
-            study,
-            trial,
-            param_name,
-            param_distribution,
-            warning_reason=reason,
-        )
-
-    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
-        self._independent_sampler.before_trial(study, trial)
-
-    def after_trial(
-        self,
-        study: Study,
-        trial: FrozenTrial,
-        state: TrialState,
-        values: Sequence[float] | None,
-    ) -> None:
-        self._independent_sampler.after_trial(study, trial, state, values)
 
     def _observations_for(self, search_space: dict[str, BaseDistribution]) -> TrialObservations:
         if self._observations is None or self._observations.encoder.search_space != search_space:

@@ -38,10 +38,9 @@ class FTSConfig(ProtocolConfig):
         n_features: Number of random features ``M``.
         lengthscale: SE kernel lengthscale of the shared features, in unit-cube coordinates, or
             ``None`` (default) for multi-scale features: each feature's lengthscale log-uniform
-            over :data:`~optuna_fedbo.core.rff.MULTISCALE_RANGE` (0.02 to 0.5), and each
-            participant weights the scales by marginal likelihood on its own data.
-        noise_variance: Noise variance ``lambda`` of the participants' normalized values (with a
-            fixed ``lengthscale``; multi-scale participants choose it by marginal likelihood).
+            over :data:`~optuna_fedbo.core.rff.MULTISCALE_RANGE` (0.02 to 0.5), all with the
+            same prior weight (``benchmarks/fts_value.py --features`` compares the options).
+        noise_variance: Noise variance ``lambda`` of the participants' normalized values.
         n_subregions: Number ``P`` of equal-volume sub-regions for distributed exploration;
             1 disables it (modified FTS / DP-FTS).
         weight_a: The softmax constant ``a`` of the sub-region weights (the paper uses 15).

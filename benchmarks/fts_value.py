@@ -1,0 +1,582 @@
+"""Does joining a federation pay off? The default federated sampler against stock Optuna.
+
+Every problem is a federation of ``N`` sites; each site maximizes its own objective with a
+budget of ``--trials`` trials. Side by side, on the same sites and seeds:
+
+* the stock Optuna samplers, each site alone: ``random``, ``tpe``, ``qmc``, ``cmaes`` and
+  ``gp`` (:class:`optuna.samplers.GPSampler`, when torch imports);
+* local sampling, each site alone: ``local-gp`` (:class:`~optuna_fedbo.LocalGPSampler`, the
+  default's local model without the federation) and ``local-ts`` (RFF Thompson sampling);
+* ``fts``: :class:`~optuna_fedbo.FedThompsonSampler` with the default :class:`FTSConfig`
+  (multi-scale shared features, space-filling initial design, shared normalization, the
+  broadcast as a weighted prior mean of the local GP), run with
+  :func:`~optuna_fedbo.simulation.simulate` in lock-step rounds;
+* ``fts-v1``: the first release's default (shared lengthscale 0.2, per-participant
+  standardization, 10 uniform initial points, local TS / broadcast by the ``1 - 1/t``
+  schedule), for reference.
+
+Problems:
+
+* GP draws on ``[0, 1]^D`` (SE kernel, lengthscale ``l``, approximated with 2,000 random
+  features), normalized to ``[0, 1]``, observed with noise of standard deviation 0.01. Sites
+  are ``identical`` (site ``n``: ``f + 0.05 h_n``, ``h_n`` an independent draw),
+  ``heterogeneous`` (``f + 0.75 h_n``, and every site's values multiplied by its own scale
+  ``s_n`` log-uniform in ``[0.2, 5]`` plus an offset in ``[-1, 1]``: one function shape, many
+  value scales) or ``independent`` (every site its own draw). Regret is measured on the
+  noiseless normalized function: ``max f_n - max_{s <= t} f_n(x_s)``.
+* DP: identical sites, ``N = 200``, with the server's subsampled Gaussian mechanism (PLD
+  accounting, ``z``, ``q`` and ``S`` given below); the epsilon spent is printed.
+* scikit-learn tasks: ``svc-digits`` (RBF SVC ``C``, ``gamma`` on label-skewed shards of 300
+  digits per site, 3-fold CV accuracy) and ``krr-friedman`` (kernel ridge ``alpha``, ``gamma``,
+  ``degree`` choice of kernel on ``make_friedman1`` sites with site-specific noise and feature
+  scales, validation R^2). Regret is the gap to the best value any method found on that site.
+
+The ratio table divides each method's mean regret (over sites and seed functions) at trial ``t``
+by that of the best stock sampler at ``t`` on the same problem; ``wins`` counts the seed
+functions on which the method's mean regret over sites is below the best stock sampler's.
+Targets (issue 10): identical sites ``fts`` <= 0.7x at 10 and <= 0.5x at 20 trials;
+independent sites <= 1.0x ``local-gp``/``local-ts`` and <= 1.2x ``gp`` at 20; DP <= 0.8x at 20.
+
+Run: ``python benchmarks/fts_value.py --quick`` (a few minutes) or without ``--quick`` (the full
+grid; long on two cores). Saves ``benchmarks/results/fts_value.png`` (and ``_quick``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+import os
+import time
+import warnings
+
+import numpy as np
+import optuna
+from optuna.exceptions import ExperimentalWarning
+
+from optuna_fedbo import LocalGPSampler
+from optuna_fedbo import RFFThompsonSampler
+from optuna_fedbo.federation import DPConfig
+from optuna_fedbo.federation import FTSConfig
+from optuna_fedbo.simulation import simulate
+
+NOISE_STD = 0.01
+TRUE_ATTR = "true_value"
+
+
+@dataclass
+class Problem:
+    """A federation of sites: objectives, the search space and each site's optimum."""
+
+    name: str
+    space: dict[str, optuna.distributions.BaseDistribution]
+    objectives: list[Callable[[optuna.Trial], float]]
+    #: Per site: ``(optimum, scale)``; regret = (optimum - best true value) / scale. ``None``
+    #: optimum: the best value any method found on that site.
+    optima: list[tuple[float | None, float]]
+    privacy: DPConfig | None = None
+
+
+# ----------------------------------------------------------------------------- GP draws
+class RandomFunction:
+    """A GP draw with SE kernel (random-feature approximation), to be normalized."""
+
+    def __init__(self, dims: int, lengthscale: float, rng: np.random.Generator) -> None:
+        k = 2000
+        self.w = rng.standard_normal((dims, k)) / lengthscale
+        self.b = rng.uniform(0, 2 * np.pi, k)
+        self.a = rng.standard_normal(k) * np.sqrt(2.0 / k)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return np.cos(np.atleast_2d(x) @ self.w + self.b) @ self.a
+
+
+def _dense(dims: int, rng: np.random.Generator) -> np.ndarray:
+    if dims == 1:
+        return np.linspace(0, 1, 4001)[:, None]
+    if dims == 2:
+        g = np.linspace(0, 1, 101)
+        return np.stack(np.meshgrid(g, g), -1).reshape(-1, 2)
+    return rng.uniform(size=(20000, dims))
+
+
+def _range(f: Callable[[np.ndarray], np.ndarray], dense: np.ndarray) -> tuple[float, float]:
+    import scipy.optimize
+
+    values = f(dense)
+    best = float(values.max())
+    if dense.shape[1] == 1:
+        return float(values.min()), best  # a grid of 4,001 points is fine enough in 1-D
+    for x0 in dense[np.argsort(-values)[:3]]:
+        res = scipy.optimize.minimize(
+            lambda x: -float(f(x[None])[0]), x0, method="L-BFGS-B", bounds=[(0, 1)] * len(x0)
+        )
+        best = max(best, -float(res.fun))
+    return float(values.min()), best
+
+
+def gp_problem(
+    dims: int, lengthscale: float, relation: str, n_sites: int, seed: int, privacy=None
+) -> Problem:
+    rng = np.random.default_rng(seed)
+    base = RandomFunction(dims, lengthscale, rng)
+    dense = _dense(dims, rng)
+    weight = {"identical": 0.05, "heterogeneous": 0.75, "independent": None}[relation]
+    space = {f"x{i}": optuna.distributions.FloatDistribution(0.0, 1.0) for i in range(dims)}
+    objectives, optima = [], []
+    for n in range(n_sites):
+        own = RandomFunction(dims, lengthscale, rng)
+
+        def raw(x, own=own):
+            return own(x) if weight is None else base(x) + weight * own(x)
+
+        low, high = _range(raw, dense)
+        scale, offset = 1.0, 0.0
+        if relation == "heterogeneous":
+            scale, offset = (
+                float(np.exp(rng.uniform(np.log(0.2), np.log(5.0)))),
+                rng.uniform(-1, 1),
+            )
+
+        def objective(trial, raw=raw, low=low, high=high, scale=scale, offset=offset, n=n):
+            x = np.array([[trial.suggest_float(name, 0.0, 1.0) for name in space]])
+            true = (float(raw(x)[0]) - low) / (high - low)
+            trial.set_user_attr(TRUE_ATTR, true)
+            # The same noise for every method: a function of (seed, site, trial number).
+            noise = np.random.default_rng([seed, n, trial.number]).standard_normal()
+            return offset + scale * (true + NOISE_STD * noise)
+
+        objectives.append(objective)
+        optima.append((1.0, 1.0))
+    name = f"gp D={dims} l={lengthscale} {relation} N={n_sites}" + (" DP" if privacy else "")
+    return Problem(name, space, objectives, optima, privacy)
+
+
+# ------------------------------------------------------------------------ sklearn tasks
+def svc_problem(n_sites: int, seed: int) -> Problem:
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import cross_val_score
+    from sklearn.svm import SVC
+
+    from optuna_fedbo.datasets import label_skewed_shards
+
+    x, y = load_digits(return_X_y=True)
+    x = x / 16.0
+    rng = np.random.default_rng(seed)
+    shards = label_skewed_shards(y, n_sites, concentration=1.0, seed=seed)
+    space = {
+        "C": optuna.distributions.FloatDistribution(1e-2, 1e3, log=True),
+        "gamma": optuna.distributions.FloatDistribution(1e-4, 1e1, log=True),
+    }
+    objectives = []
+    for shard in shards:
+        idx = rng.choice(shard, size=min(300, len(shard)), replace=False)
+        xs, ys = x[idx], y[idx]
+
+        def objective(trial, xs=xs, ys=ys):
+            c = trial.suggest_float("C", 1e-2, 1e3, log=True)
+            gamma = trial.suggest_float("gamma", 1e-4, 1e1, log=True)
+            value = float(cross_val_score(SVC(C=c, gamma=gamma), xs, ys, cv=3).mean())
+            trial.set_user_attr(TRUE_ATTR, value)
+            return value
+
+        objectives.append(objective)
+    return Problem(f"svc-digits N={n_sites}", space, objectives, [(None, 1.0)] * n_sites)
+
+
+def krr_problem(n_sites: int, seed: int) -> Problem:
+    from sklearn.datasets import make_friedman1
+    from sklearn.kernel_ridge import KernelRidge
+
+    rng = np.random.default_rng(seed)
+    space = {
+        "alpha": optuna.distributions.FloatDistribution(1e-5, 10.0, log=True),
+        "gamma": optuna.distributions.FloatDistribution(1e-3, 10.0, log=True),
+    }
+    objectives = []
+    for _ in range(n_sites):
+        noise = rng.uniform(0.3, 2.0)
+        x, t = make_friedman1(n_samples=300, noise=noise, random_state=int(rng.integers(2**31)))
+        x = x * rng.uniform(0.7, 1.3, size=x.shape[1])  # site-specific feature scales
+        xt, tt, xv, tv = x[:200], t[:200], x[200:], t[200:]
+
+        def objective(trial, xt=xt, tt=tt, xv=xv, tv=tv):
+            alpha = trial.suggest_float("alpha", 1e-5, 10.0, log=True)
+            gamma = trial.suggest_float("gamma", 1e-3, 10.0, log=True)
+            model = KernelRidge(alpha=alpha, kernel="rbf", gamma=gamma).fit(xt, tt)
+            resid = tv - model.predict(xv)
+            value = float(1.0 - np.mean(resid**2) / np.var(tv))
+            trial.set_user_attr(TRUE_ATTR, value)
+            return value
+
+        objectives.append(objective)
+    return Problem(f"krr-friedman N={n_sites}", space, objectives, [(None, 1.0)] * n_sites)
+
+
+# ------------------------------------------------------------------------------ methods
+def stock_samplers(seed: int) -> dict[str, Callable[[], optuna.samplers.BaseSampler]]:
+    samplers: dict[str, Callable[[], optuna.samplers.BaseSampler]] = {
+        "random": lambda: optuna.samplers.RandomSampler(seed=seed),
+        "tpe": lambda: optuna.samplers.TPESampler(seed=seed),
+        "qmc": lambda: optuna.samplers.QMCSampler(seed=seed, warn_independent_sampling=False),
+        "cmaes": lambda: optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False),
+    }
+    try:
+        import torch  # noqa: F401
+
+        samplers["gp"] = lambda: optuna.samplers.GPSampler(seed=seed)
+    except ImportError:
+        pass
+    return samplers
+
+
+STOCK = ("random", "tpe", "qmc", "cmaes", "gp")
+
+
+def local_samplers(seed: int) -> dict[str, Callable[[], optuna.samplers.BaseSampler]]:
+    return {
+        "local-gp": lambda: LocalGPSampler(seed=seed, n_startup_trials=5),
+        "local-ts": lambda: RFFThompsonSampler(seed=seed, n_startup_trials=5),
+    }
+
+
+def federated_configs() -> dict[str, FTSConfig]:
+    return {
+        "fts": FTSConfig(),
+        "fts-v1": FTSConfig(
+            lengthscale=0.2,
+            normalization="participant",
+            initial_design="uniform",
+            transfer="schedule",
+            n_init=10,
+        ),
+    }
+
+
+def true_values(study: optuna.Study, n_trials: int) -> np.ndarray:
+    values = [t.user_attrs.get(TRUE_ATTR, -np.inf) for t in study.trials[:n_trials]]
+    values += [values[-1] if values else -np.inf] * (n_trials - len(values))
+    return np.maximum.accumulate(np.array(values, dtype=float))
+
+
+def run_problem(
+    problem: Problem,
+    n_trials: int,
+    seed: int,
+    methods: list[str],
+    stock_sites: int,
+) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    """Best true value so far, shape ``(sites, n_trials)``, per method; and extra facts."""
+    curves: dict[str, np.ndarray] = {}
+    facts: dict[str, float] = {}
+    sites = range(min(stock_sites, len(problem.objectives)))
+    singles = {**stock_samplers(seed), **local_samplers(seed)}
+    for name in methods:
+        if name in singles:
+            rows = []
+            for n in sites:
+                study = optuna.create_study(direction="maximize", sampler=singles[name]())
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    study.optimize(problem.objectives[n], n_trials=n_trials)
+                rows.append(true_values(study, n_trials))
+            curves[name] = np.array(rows)
+        elif name in federated_configs():
+            config = federated_configs()[name]
+            start = time.perf_counter()
+            result = simulate(
+                problem.objectives,
+                search_space=problem.space,
+                n_rounds=n_trials - config.n_init,
+                protocol=config,
+                privacy=problem.privacy,
+                seed=seed,
+                progress=False,
+            )
+            elapsed = time.perf_counter() - start
+            facts[f"{name} s/site"] = elapsed / len(problem.objectives)
+            if problem.privacy is not None:
+                facts[f"{name} epsilon"] = result.federation.privacy_spent()[0]
+            curves[name] = np.array([true_values(s, n_trials) for s in result.studies])[
+                : len(sites) if problem.privacy is None else None
+            ]
+    return curves, facts
+
+
+def regrets(problem: Problem, curves: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Simple regret per method, shape ``(sites, trials)`` (sites common to all methods)."""
+    n_sites = min(len(c) for c in curves.values())
+    out = {}
+    for name, curve in curves.items():
+        rows = []
+        for n in range(n_sites):
+            optimum, scale = problem.optima[n]
+            if optimum is None:
+                optimum = max(c[n, -1] for c in curves.values())
+            rows.append((optimum - curve[n]) / scale)
+        out[name] = np.array(rows)
+    return out
+
+
+def feature_options(
+    n_seeds: int, dims_list: tuple[int, ...] = (1, 2), n_sites: int = 10, n_design: int = 5
+) -> None:
+    """How good is the first broadcast with each choice of shared features?
+
+    On GP draws (lengthscales 0.02-0.5, 1-D and 2-D), ``n_sites`` near-identical sites each fit
+    the RFF posterior to their own Latin-hypercube design of ``n_design`` points (values
+    normalized by the design) and the broadcast is the average of their posterior means (the
+    default's aggregation without DP). Reported: the regret of the broadcast's maximizer
+    (``max f - f(argmax g)``), mean over seed functions. Features: SE with one lengthscale
+    (0.2: the first release; 0.05), and multi-scale (log-uniform 0.02-0.5) with equal prior
+    scales (the default) or with each site's scale window
+    (:func:`~optuna_fedbo.core.rff.scale_window`) and noise chosen by marginal likelihood,
+    with ``M`` = 100 and 200.
+    """
+    from optuna_fedbo.core.local_model import normalization
+    from optuna_fedbo.core.posterior import SufficientStatistics
+    from optuna_fedbo.core.rff import MULTISCALE_RANGE
+    from optuna_fedbo.core.rff import RandomFourierFeatures
+    from optuna_fedbo.core.rff import scale_window
+    from optuna_fedbo.core.space import Dimension
+    from optuna_fedbo.core.space import UnitCubeEncoding
+
+    options = {
+        "SE 0.2 (v1)": (0.2, 100, False),
+        "SE 0.05": (0.05, 100, False),
+        "multi M=100 flat": (MULTISCALE_RANGE, 100, False),
+        "multi M=100 ML": (MULTISCALE_RANGE, 100, True),
+        "multi M=200 ML": (MULTISCALE_RANGE, 200, True),
+    }
+    lengthscales = (0.02, 0.05, 0.1, 0.2, 0.5)
+    print(
+        f"\n## shared features: regret of the first broadcast's maximizer ({n_sites} sites x "
+        f"{n_design} design points, {n_seeds} seed functions)"
+    )
+    for dims in dims_list:
+        print(f"D={dims}  {'option':18s}" + "".join(f"{f'l={ls}':>9s}" for ls in lengthscales))
+        encoding = UnitCubeEncoding([Dimension("float", 0.0, 1.0)] * dims)
+        table = {name: [] for name in options}
+        for ls in lengthscales:
+            scores = {name: [] for name in options}
+            for seed in range(n_seeds):
+                rng = np.random.default_rng([seed, dims, int(ls * 1000)])
+                base = RandomFunction(dims, ls, rng)
+                dense = _dense(dims, rng)
+                truth = base(dense)
+                low, high = truth.min(), truth.max()
+                designs = [encoding.space_filling(n_design, rng) for _ in range(n_sites)]
+                for name, (scale, m, select) in options.items():
+                    features = RandomFourierFeatures(dims, m, scale, seed=seed)
+                    windows = {
+                        m: [
+                            None if c is None else scale_window(features.lengthscales, c)
+                            for c in (None, 0.02, 0.05, 0.1, 0.2, 0.5)
+                        ]
+                    }
+                    mean = np.zeros(m)
+                    for design in designs:
+                        values = (base(design) - low) / (high - low)
+                        values += NOISE_STD * rng.standard_normal(len(values))
+                        stats = SufficientStatistics(m)
+                        stats.add(features(design), values)
+                        location = normalization(values, "shared", n_design)
+                        if select:
+                            posterior = max(
+                                (
+                                    stats.posterior(lam, standardize=location, prior_scales=s)
+                                    for s in windows[m]
+                                    for lam in (1e-3, 1e-2, 1e-1)
+                                ),
+                                key=lambda p: p.log_marginal_likelihood(),
+                            )
+                        else:
+                            posterior = stats.posterior(1e-2, standardize=location)
+                        mean += posterior.mean / n_sites
+                    best = dense[np.argmax(features(dense) @ mean)]
+                    scores[name].append((high - base(best[None])[0]) / (high - low))
+            for name in options:
+                table[name].append(np.mean(scores[name]))
+        for name in options:
+            print(f"     {name:18s}" + "".join(f"{v:9.3f}" for v in table[name]))
+
+
+def overhead(n_trials: int) -> None:
+    """CPU time per trial of the default participant (and local GP, TPE) on a cheap objective.
+
+    One participant of a two-site federation (in memory; the server closes a round after each
+    of its trials), 3-D, up to ``n_trials`` trials; CPU seconds (``time.process_time``, so that
+    other processes on the machine do not count) per trial over windows of trials.
+    """
+    from optuna_fedbo import Federation
+    from optuna_fedbo import FederationServer
+    from optuna_fedbo import FedThompsonSampler
+
+    space = {f"x{i}": optuna.distributions.FloatDistribution(0.0, 1.0) for i in range(3)}
+
+    def objective(trial: optuna.Trial) -> float:
+        x = np.array([trial.suggest_float(name, 0.0, 1.0) for name in space])
+        return float(-np.sum((x - 0.3) ** 2) + 0.1 * np.sin(20 * x).sum())
+
+    windows = [(0, 100), (n_trials // 2 - 50, n_trials // 2 + 50), (n_trials - 100, n_trials)]
+    print(f"\n## overhead: CPU ms per trial, 3-D, {n_trials} trials")
+    print(f"{'sampler':12s}" + "".join(f"{f'{a + 1}-{b}':>12s}" for a, b in windows))
+    for name in ("fts", "local-gp", "tpe"):
+        if name == "fts":
+            fed = Federation.create(f"overhead-{time.time_ns()}", search_space=space, n_clients=2)
+            server = FederationServer(fed)
+            sampler = FedThompsonSampler(fed, "site", seed=0)
+        elif name == "local-gp":
+            sampler, server = LocalGPSampler(seed=0), None
+        else:
+            sampler, server = optuna.samplers.TPESampler(seed=0), None
+        study = optuna.create_study(direction="maximize", sampler=sampler)
+        times = []
+        for _ in range(n_trials):
+            start = time.process_time()
+            study.optimize(objective, n_trials=1)
+            if server is not None:
+                server.step(force=True)
+            times.append(time.process_time() - start)
+        times = np.array(times) * 1000
+        print(f"{name:12s}" + "".join(f"{times[a:b].mean():12.1f}" for a, b in windows))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small grid, 3 seeds")
+    parser.add_argument("--seeds", type=int, default=None)
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--sites", type=int, default=10)
+    parser.add_argument("--stock-sites", type=int, default=4, help="sites run by single samplers")
+    parser.add_argument("--only", default=None, help="run problems whose name contains this")
+    parser.add_argument("--methods", default=None, help="comma-separated subset of methods")
+    parser.add_argument("--overhead", type=int, default=0, help="only time N trials per sampler")
+    parser.add_argument(
+        "--features",
+        default=None,
+        help="only compare the shared-feature options, in these dimensions (e.g. 1,2)",
+    )
+    parser.add_argument("--no-plot", action="store_true")
+    args = parser.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=ExperimentalWarning)
+    if args.overhead:
+        overhead(args.overhead)
+        return
+    if args.features:
+        feature_options(args.seeds or 10, tuple(int(d) for d in args.features.split(",")))
+        return
+    n_seeds = args.seeds or (3 if args.quick else 10)
+    n = args.sites
+    dp = DPConfig(noise_multiplier=1.0, sample_rate=0.25, clip_norm=22.0)
+
+    problems: list[Callable[[int], Problem]] = []
+    if args.quick:
+        for ls in (0.03, 0.2):
+            problems.append(lambda s, ls=ls: gp_problem(1, ls, "identical", n, s))
+        problems.append(lambda s: gp_problem(2, 0.1, "identical", n, s))
+        problems.append(lambda s: gp_problem(2, 0.2, "independent", n, s))
+        problems.append(lambda s: gp_problem(2, 0.2, "heterogeneous", n, s))
+        problems.append(lambda s: gp_problem(1, 0.1, "identical", 200, s, privacy=dp))
+        problems.append(lambda s: svc_problem(n, s))
+    else:
+        for dims in (1, 2, 4):
+            for ls in (0.02, 0.05, 0.1, 0.2, 0.5):
+                if dims == 4 and ls < 0.1:
+                    continue  # a 4-D draw at lengthscale < 0.1 has thousands of local optima
+                problems.append(lambda s, d=dims, ls=ls: gp_problem(d, ls, "identical", n, s))
+        for dims in (1, 3):
+            for relation in ("heterogeneous", "independent"):
+                problems.append(lambda s, d=dims, r=relation: gp_problem(d, 0.1, r, n, s))
+        problems.append(lambda s: gp_problem(2, 0.2, "identical", 100, s))
+        problems.append(lambda s: gp_problem(1, 0.05, "identical", 200, s, privacy=dp))
+        problems.append(lambda s: gp_problem(2, 0.2, "identical", 200, s, privacy=dp))
+        problems.append(lambda s: svc_problem(n, s))
+        problems.append(lambda s: krr_problem(n, s))
+
+    methods = [*stock_samplers(0), "local-gp", "local-ts", "fts", "fts-v1"]
+    if args.methods:
+        methods = [m for m in methods if m in args.methods.split(",")]
+    checkpoints = [t for t in (5, 10, 20, 40) if t <= args.trials]
+    all_results = []
+    for make in problems:
+        per_seed: list[dict[str, np.ndarray]] = []
+        facts_all: dict[str, list[float]] = {}
+        name = None
+        for seed in range(n_seeds):
+            problem = make(seed)
+            name = problem.name
+            if args.only and args.only not in name:
+                break
+            used = methods
+            if problem.privacy is not None:  # fts-v1 and local-ts add nothing there
+                used = [m for m in methods if m not in ("fts-v1", "local-ts")]
+            curves, facts = run_problem(problem, args.trials, seed, used, args.stock_sites)
+            per_seed.append(regrets(problem, curves))
+            for k, v in facts.items():
+                facts_all.setdefault(k, []).append(v)
+        if not per_seed:
+            continue
+        all_results.append((name, per_seed))
+        report(name, per_seed, checkpoints, facts_all)
+    if not args.no_plot and all_results:
+        plot(all_results, args.quick)
+
+
+def report(name, per_seed, checkpoints, facts) -> None:
+    methods = list(per_seed[0])
+    # mean over sites per seed: (seeds, trials)
+    means = {m: np.array([r[m].mean(axis=0) for r in per_seed]) for m in methods}
+    stock = [m for m in methods if m in STOCK] or methods
+    print(f"\n## {name}  ({len(per_seed)} seed functions)")
+    header = f"{'method':10s}" + "".join(f" {'regret@' + str(t):>11s}" for t in checkpoints)
+    header += "".join(f" {'x best@' + str(t):>9s}" for t in checkpoints) + "  wins@10  wins@20"
+    print(header)
+    best_stock = {t: min(stock, key=lambda m: means[m][:, t - 1].mean()) for t in checkpoints}
+    for m in methods:
+        line = f"{m:10s}" + "".join(f" {means[m][:, t - 1].mean():11.4f}" for t in checkpoints)
+        for t in checkpoints:
+            ref = means[best_stock[t]][:, t - 1].mean()
+            line += f" {means[m][:, t - 1].mean() / max(ref, 1e-12):9.2f}"
+        for t in (10, 20):
+            if t in checkpoints:
+                ref = means[best_stock[t]][:, t - 1]
+                line += f"  {int(np.sum(means[m][:, t - 1] < ref)):3d}/{len(per_seed):<3d}"
+        print(line)
+    print("best stock: " + ", ".join(f"@{t}: {best_stock[t]}" for t in checkpoints))
+    for k, v in facts.items():
+        print(f"{k}: {np.mean(v):.3g} (mean of {len(v)})")
+
+
+def plot(all_results, quick: bool) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(all_results)
+    cols = min(4, n)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows), squeeze=False)
+    for ax, (name, per_seed) in zip(axes.ravel(), all_results):
+        for m in per_seed[0]:
+            curve = np.mean([r[m].mean(axis=0) for r in per_seed], axis=0)
+            style = "-" if m.startswith("fts") else "--"
+            ax.plot(np.arange(1, len(curve) + 1), np.maximum(curve, 1e-5), style, label=m)
+        ax.set_yscale("log")
+        ax.set_title(name, fontsize=8)
+        ax.set_xlabel("trial")
+    for ax in axes.ravel()[n:]:
+        ax.axis("off")
+    axes[0, 0].set_ylabel("simple regret")
+    axes[0, 0].legend(fontsize=6)
+    fig.tight_layout()
+    os.makedirs("benchmarks/results", exist_ok=True)
+    path = f"benchmarks/results/fts_value{'_quick' if quick else ''}.png"
+    fig.savefig(path, dpi=110)
+    print(f"\nSaved {path}")
+
+
+if __name__ == "__main__":
+    main()
