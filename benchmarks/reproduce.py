@@ -11,7 +11,9 @@ signed-rank test), and the plots show curves over t. Results are cached one file
 (problem, method, function) under ``benchmarks/results/reproduce/<scale>/``, so an interrupted
 run resumes where it stopped; ``--budget-minutes`` stops starting new runs after a while (the
 report then says which claims were not run), ``--report-only`` rewrites the report from the
-cache, ``--workers`` runs functions in parallel, ``--groups`` picks sections.
+cache, ``--workers`` runs functions in parallel, ``--groups`` picks sections. The cache key holds
+each method's configuration, not the library's code: after changing the code, delete
+``benchmarks/results/reproduce/<scale>/`` (or the affected method's folder) before a rerun.
 
 The drivers of the individual benchmarks are reused: ``federation_synthetic.py`` (the FTS/DE
 synthetic problems, local TS, the federation runner), ``privacy_accounting.py`` (the papers'
