@@ -60,7 +60,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", type=int, default=dc.N_AGENTS)
     parser.add_argument("--rounds", type=int, default=dc.N_ROUNDS)
-    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -115,7 +115,7 @@ def main() -> None:
         f"N = {args.agents}, q = {Q}, z = {Z}: epsilon after T = {args.rounds} used broadcasts "
         f"{epsilons['moments']:.2f} (moments) / {epsilons['rdp']:.2f} (rdp) / "
         f"{epsilons['pld']:.2f} (pld), delta = N^-1.1; simple regret mean +- standard error "
-        f"over agents x {args.seeds} seed(s); bound = S / sqrt(P); noise std per coordinate "
+        f"over {args.seeds} seed function(s); bound = S / sqrt(P); noise std per coordinate "
         "at round 0 / at the end",
         "",
         "(a) DP-FTS vs DP-FTS-DE at equal clipped fractions",

@@ -26,9 +26,9 @@ import time
 
 import federation_synthetic as fs
 import numpy as np
+import seedstats as st
 
 from optuna_fedbo.federation import FTSConfig
-from optuna_fedbo.federation import simulate
 from optuna_fedbo.federation.dp_config import DPConfig
 from optuna_fedbo.privacy import compute_epsilon
 
@@ -66,18 +66,8 @@ def run_private(
     privacy: DPConfig | None,
 ) -> Run:
     """Simulate the federation (privately if ``privacy`` is given) on the agents' functions."""
-    objectives = [fs.make_objective(v, seed * 7_919 + n) for n, v in enumerate(functions)]
     start = time.perf_counter()
-    result = simulate(
-        objectives,
-        search_space=fs.SPACE,
-        n_rounds=n_rounds,
-        protocol=protocol,
-        privacy=privacy,
-        seed=seed,
-        sampler_kwargs=fs.SAMPLER_KWARGS,
-        progress=False,
-    )
+    result = fs.run_federated(functions, n_rounds, seed, protocol, privacy)
     seconds = time.perf_counter() - start
     reports = [r for r in result.reports if r.published]
     clipped = sum(r.n_clipped or 0 for r in reports)
@@ -121,9 +111,9 @@ def epsilons(q: float, z: float, rounds: int, n_agents: int) -> dict[str, float]
 
 
 def merge(runs: list[Run]) -> Run:
-    """Pool the runs of several seeds."""
+    """Pool the runs of several seed functions: one mean curve (over agents) per function."""
     return Run(
-        curves=np.concatenate([r.curves for r in runs]),
+        curves=np.stack([r.curves.mean(axis=0) for r in runs]),
         clipped=sum(r.clipped for r in runs),
         contributed=sum(r.contributed for r in runs),
         published=runs[0].published,
@@ -133,10 +123,9 @@ def merge(runs: list[Run]) -> Run:
 
 
 def regret_cell(curves: np.ndarray, round_index: int) -> str:
-    """``mean+-standard error`` of the simple regret at a round, over agents and seeds."""
-    values = curves[:, round_index]
-    error = values.std(ddof=1) / math.sqrt(len(values))
-    return f"{values.mean():.4f}+-{error:.4f}"
+    """``mean+-standard error`` of the simple regret at a round, over seed functions."""
+    mean, error = st.mean_se(curves[:, round_index])
+    return f"{mean:.4f}+-{error:.4f}"
 
 
 def clipped_percent(run: Run) -> str:

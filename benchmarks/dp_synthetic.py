@@ -10,7 +10,7 @@ the OS) at ``q in {0.15, 0.25, 0.5}`` with ``z = 1`` (the paper's Fig. 2c) and
 Prints (a) epsilon after ``T = 40`` used broadcasts by the moments accountant (the paper's:
 it must reproduce 5.93 / 9.91 / 20.12 / 7.39 / 5.22), by RDP and by PLD, with the ledger's own
 PLD epsilon (the same 40 broadcasts, all published) and the fraction of clipped vectors; (b)
-the simple regret (mean +- standard error over agents and seeds) after rounds 0-40; (c) the
+the simple regret (mean +- standard error over seed functions) after rounds 0-40; (c) the
 privacy-utility points (epsilon against regret after 40 rounds, the paper's Fig. 3 in the
 synthetic setting). Saves ``benchmarks/results/dp_synthetic.{txt,json,png}``.
 
@@ -58,7 +58,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", type=int, default=dc.N_AGENTS)
     parser.add_argument("--rounds", type=int, default=dc.N_ROUNDS)
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -115,8 +115,8 @@ def main() -> None:
     checkpoints = [c for c in CHECKPOINTS if c <= args.rounds]
     lines.append("")
     lines.append(
-        f"(b) simple regret, mean +- standard error over {args.agents} agents x {args.seeds} "
-        "seed(s); 'mean' averages rounds 1..T"
+        f"(b) simple regret averaged over {args.agents} agents, mean +- standard error over "
+        f"{args.seeds} seed function(s); 'mean' averages rounds 1..T"
     )
     lines.append(
         f"{'method':28s}"

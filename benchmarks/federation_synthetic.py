@@ -10,13 +10,14 @@ Fig. 7b) gives each of 50 agents an independent function and compares ``1 - p_t 
 ``1/t`` and ``1/t^2``.
 
 The metric is the simple regret of every agent, ``max f^n - max_{s <= t} f^n(x_s)`` on the
-noiseless values, averaged over agents (and seeds), after the initial design (round 0) and after
-each BO round. All methods use the same random features (lengthscale 0.03: the kernel the
-functions are drawn from) and the same Bayesian linear model; local TS draws its 10 initial points
-from the whole domain. Participants standardize their values (the library default) except in
-the "raw values" row, which shares the common ``[0, 1]`` scale of the functions: with per-agent
-standardization, agents that have only seen their own sub-region rescale it to their own mean
-and spread, which biases the comparison between sub-regions (more so with more sub-regions).
+noiseless values, averaged over agents, after the initial design (round 0) and after each BO round;
+error bars are standard errors over seed functions. All methods use the same random features
+(lengthscale 0.03: the kernel the functions are drawn from) and the same Bayesian linear model;
+local TS draws its 10 initial points from the whole domain. Participants standardize their values
+(the library default) except in the "raw values" row, which shares the common ``[0, 1]`` scale of
+the functions: with per-agent standardization, agents that have only seen their own sub-region
+rescale it to their own mean and spread, which biases the comparison between sub-regions (more so
+with more sub-regions).
 
 Expected (papers): on similar agents FTS-DE < FTS < TS in regret, and more sub-regions help; both
 DE components matter (equal weights, or initial points from the whole domain, are worse); on
@@ -36,10 +37,14 @@ import time
 
 import numpy as np
 import optuna
+import seedstats as st
 
 from optuna_fedbo.federation import FTSConfig
-from optuna_fedbo.federation import simulate
+from optuna_fedbo.federation import presets
+from optuna_fedbo.federation.dp_config import DPConfig
 from optuna_fedbo.samplers._rff_thompson import RFFThompsonSampler
+from optuna_fedbo.simulation import simulate
+from optuna_fedbo.simulation import SimulationResult
 
 GRID = 1000
 LENGTHSCALE = 0.03
@@ -63,10 +68,18 @@ def gp_functions(n: int, rng: np.random.Generator) -> np.ndarray:
     return (samples - low) / (high - low)
 
 
-def homogeneous(n_agents: int, rng: np.random.Generator) -> np.ndarray:
-    """``f + d`` with ``d = +-0.02`` drawn per agent and input (App. B.1.1)."""
+def homogeneous(n_agents: int, rng: np.random.Generator, offset: float = 0.02) -> np.ndarray:
+    """``f + d`` with ``d = +-offset`` drawn per agent and input (DP-FTS-DE App. B.1.1: 0.02;
+    FTS App. D.1: ``d_n`` = 0.02 or 1.2)."""
     base = gp_functions(1, rng)[0]
-    return base + rng.choice([-0.02, 0.02], size=(n_agents, GRID))
+    return base + rng.choice([-offset, offset], size=(n_agents, GRID))
+
+
+def mixed(n_agents: int, alpha: float, rng: np.random.Generator) -> np.ndarray:
+    """``alpha f^n + (1 - alpha) f_base`` with independent GP samples ``f^n`` (DP-FTS-DE App.
+    B.1.2, Fig. 7: ``alpha = 0.7``, and ``alpha = 1``: independent agents)."""
+    base = gp_functions(1, rng)[0]
+    return alpha * gp_functions(n_agents, rng) + (1.0 - alpha) * base
 
 
 def make_objective(values: np.ndarray, seed: int) -> Callable[[optuna.Trial], float]:
@@ -80,47 +93,64 @@ def make_objective(values: np.ndarray, seed: int) -> Callable[[optuna.Trial], fl
     return objective
 
 
-def regret_curves(studies: list[optuna.Study], functions: np.ndarray, n_rounds: int) -> np.ndarray:
+def regret_curves(
+    studies: list[optuna.Study], functions: np.ndarray, n_rounds: int, n_init: int = N_INIT
+) -> np.ndarray:
     """Simple regret per agent after round 0 (initial design) and each BO round."""
     curves = np.zeros((len(studies), n_rounds + 1))
     for n, study in enumerate(studies):
         found = np.maximum.accumulate([t.user_attrs["f"] for t in study.trials])
-        curves[n] = functions[n].max() - found[N_INIT - 1 :][: n_rounds + 1]
+        curves[n] = functions[n].max() - found[n_init - 1 :][: n_rounds + 1]
     return curves
 
 
-def run_local_ts(functions: np.ndarray, n_rounds: int, seed: int) -> list[optuna.Study]:
+def run_local_ts(
+    functions: np.ndarray, n_rounds: int, seed: int, n_init: int = N_INIT
+) -> list[optuna.Study]:
+    """Local TS on every agent: the same features and model, no federation."""
     studies = []
     for n, values in enumerate(functions):
         sampler = RFFThompsonSampler(
             n_features=N_FEATURES,
             lengthscale=LENGTHSCALE,
             noise_variance=MODEL_NOISE,
-            n_startup_trials=N_INIT,
+            n_startup_trials=n_init,
             feature_seed=seed,
             seed=seed * 100_003 + n,
             **SAMPLER_KWARGS,
         )
         study = optuna.create_study(direction="maximize", sampler=sampler)
-        study.optimize(make_objective(values, seed * 7_919 + n), n_trials=N_INIT + n_rounds)
+        study.optimize(make_objective(values, seed * 7_919 + n), n_trials=n_init + n_rounds)
         studies.append(study)
     return studies
 
 
 def run_federated(
-    functions: np.ndarray, n_rounds: int, seed: int, protocol: FTSConfig
-) -> list[optuna.Study]:
+    functions: np.ndarray,
+    n_rounds: int,
+    seed: int,
+    protocol: FTSConfig,
+    privacy: DPConfig | None = None,
+    insecure_noise_seed: int | None = None,
+) -> SimulationResult:
+    """Simulate the federation (privately if ``privacy`` is given) on the agents' functions.
+
+    The objectives' noise depends only on ``seed`` and the agent, so methods run on the same
+    seed see the same noise; ``insecure_noise_seed`` makes the DP noise repeatable (research
+    runs only).
+    """
     objectives = [make_objective(v, seed * 7_919 + n) for n, v in enumerate(functions)]
-    result = simulate(
+    return simulate(
         objectives,
         search_space=SPACE,
         n_rounds=n_rounds,
         protocol=protocol,
+        privacy=privacy,
         seed=seed,
         sampler_kwargs=SAMPLER_KWARGS,
         progress=False,
+        insecure_noise_seed=insecure_noise_seed,
     )
-    return result.studies
 
 
 def fts_config(**overrides) -> FTSConfig:
@@ -133,10 +163,9 @@ def fts_config(**overrides) -> FTSConfig:
         "weight_hold_rounds": 5,
         "weight_decay_rounds": 5,
         "schedule": "1-1/sqrt(t)",
-        # The papers' algorithm (not the package's default sampler), per-participant values.
+        # The papers' algorithm on per-participant standardized values (see the module doc).
+        **presets.PAPER_MODEL,
         "normalization": "participant",
-        "initial_design": "uniform",
-        "transfer": "schedule",
     }
     return FTSConfig(**{**base, **overrides})
 
@@ -177,10 +206,10 @@ def run_suite(
             if protocol is None:
                 studies = run_local_ts(functions, n_rounds, seed)
             else:
-                studies = run_federated(functions, n_rounds, seed, protocol)
+                studies = run_federated(functions, n_rounds, seed, protocol).studies
             seconds[name] += time.perf_counter() - start
-            curves[name].append(regret_curves(studies, functions, n_rounds))
-    return {k: np.concatenate(v) for k, v in curves.items()}, seconds
+            curves[name].append(regret_curves(studies, functions, n_rounds).mean(axis=0))
+    return {k: np.stack(v) for k, v in curves.items()}, seconds
 
 
 def print_table(title: str, curves: dict[str, np.ndarray], seconds: dict[str, float]) -> None:
@@ -195,11 +224,13 @@ def print_table(title: str, curves: dict[str, np.ndarray], seconds: dict[str, fl
     for name, curve in curves.items():
         cells = ""
         for r in checkpoints:
-            mean = curve[:, r].mean()
-            error = curve[:, r].std(ddof=1) / np.sqrt(len(curve))
+            mean, error = st.mean_se(curve[:, r])
             cells += f"{mean:9.4f}+-{error:.3f}"
         print(f"{name:32s}{cells}{curve[:, 1:].mean():9.4f}{seconds[name]:9.1f}")
-    print("(simple regret, mean +- standard error over agents x seeds; 'mean' over t = 1..T)")
+    print(
+        "(simple regret averaged over agents; mean +- standard error over seed functions; "
+        "'mean' over t = 1..T)"
+    )
 
 
 def plot(results: list[tuple[str, dict[str, np.ndarray]]], path: str) -> None:
@@ -210,17 +241,7 @@ def plot(results: list[tuple[str, dict[str, np.ndarray]]], path: str) -> None:
 
     fig, axes = plt.subplots(1, len(results), figsize=(6.5 * len(results), 4.5))
     for axis, (title, curves) in zip(np.atleast_1d(axes), results):
-        for name, curve in curves.items():
-            mean = curve.mean(axis=0)
-            error = curve.std(axis=0, ddof=1) / np.sqrt(len(curve))
-            rounds = np.arange(len(mean))
-            axis.plot(rounds, mean, label=name)
-            axis.fill_between(rounds, mean - error, mean + error, alpha=0.2)
-        axis.set_title(title)
-        axis.set_xlabel("BO round t (0 = after the initial design)")
-        axis.set_ylabel("simple regret")
-        axis.set_yscale("log")
-        axis.legend(fontsize=8)
+        st.plot_curves(axis, curves, title=title)
     fig.tight_layout()
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fig.savefig(path, dpi=120)
@@ -231,7 +252,7 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=200)
     parser.add_argument("--heterogeneous-agents", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=40)
-    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -84,6 +84,19 @@ def hct_curve(name: str, horizon: int, seed: int, rho: float) -> np.ndarray:
     return np.cumsum(problem.f_star - problem.global_value(points[:, None]))
 
 
+def communication(name: str, n_clients: int, horizon: int, seed: int) -> tuple[int, int]:
+    """Communication rounds (closed phases) and nodes uploaded per client over a run."""
+    problem = make_federated_problem(name, n_clients, seed=seed)
+    rng = np.random.default_rng(seed)
+    comm = simulate_fedpne(problem.objectives(rng), horizon, rng=rng).state.communication()
+    return comm["rounds"], comm["nodes_per_client"]
+
+
+def rounds_bound(n_clients: int, horizon: int, c: float = 0.1, rho: float = 0.5) -> float:
+    """Eqn. (37)'s bound on the number of rounds, ``log(M T / (2 c^2)) / log(rho^-2)``."""
+    return float(np.log(n_clients * horizon / (2 * c**2)) / np.log(rho**-2))
+
+
 def random_curve(name: str, n_clients: int, horizon: int, seed: int) -> np.ndarray:
     """Average cumulative regret per client of uniform random search."""
     problem = make_federated_problem(name, n_clients, seed=seed)
@@ -164,15 +177,8 @@ def main() -> None:
         rows = []
         rounds_mean = []
         for T in horizons:
-            rounds, nodes = [], []
-            for seed in seeds:
-                problem = make_federated_problem(name, 10, seed=seed)
-                rng = np.random.default_rng(seed)
-                state = simulate_fedpne(problem.objectives(rng), T, rng=rng).state
-                comm = state.communication()
-                rounds.append(comm["rounds"])
-                nodes.append(comm["nodes_per_client"])
-            bound = np.log(10 * T * 1.0 / (2 * 0.1**2)) / np.log(0.5**-2)  # Eqn. (37)
+            rounds, nodes = zip(*(communication(name, 10, T, seed) for seed in seeds))
+            bound = rounds_bound(10, T)
             rows.append(
                 [
                     str(T),

@@ -128,6 +128,24 @@ def run_tpe(
     return np.array(played)
 
 
+def play(
+    method: str,
+    kernel: Kernel,
+    rewards: RewardModel,
+    domain: np.ndarray,
+    reward: Callable[[int], float],
+    horizon: int,
+    seed: int,
+) -> np.ndarray:
+    """Indices played by ``random``, ``tpe`` or a core algorithm on a finite domain."""
+    if method == "random":
+        return run_random(len(domain), horizon, seed)
+    if method == "tpe":
+        top = len(domain) - 1
+        return run_tpe(lambda t: t.suggest_int("i", 0, top), reward, horizon, seed)
+    return run_core(method, kernel, rewards, domain, reward, horizon, seed)
+
+
 def cumulative_regret(f: np.ndarray, played: np.ndarray) -> np.ndarray:
     """``R_t = sum_{s <= t} f* - f(x_s)`` for every ``t``."""
     return np.cumsum(np.max(f) - f[played])

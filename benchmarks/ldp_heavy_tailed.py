@@ -21,12 +21,10 @@ import json  # noqa: E402
 import time  # noqa: E402
 
 from ldp_common import cumulative_regret  # noqa: E402
+from ldp_common import play  # noqa: E402
 from ldp_common import plot_panels  # noqa: E402
 from ldp_common import practical_epoch_length  # noqa: E402
 from ldp_common import RESULTS  # noqa: E402
-from ldp_common import run_core  # noqa: E402
-from ldp_common import run_random  # noqa: E402
-from ldp_common import run_tpe  # noqa: E402
 from ldp_common import summarize  # noqa: E402
 from ldp_common import synthetic_problem  # noqa: E402
 import numpy as np  # noqa: E402
@@ -42,6 +40,26 @@ DEGREES_OF_FREEDOM = 3
 NOISE_MOMENT = 3.0  # Var(t_3) = 3 / (3 - 2)
 
 
+def run_setting(
+    kernel_name: str, seeds: list[int], horizon: int, methods: tuple[str, ...] = METHODS
+) -> dict[str, list[np.ndarray]]:
+    """Cumulative regret curves of each method on each seed's function, Student-t(3) noise."""
+    kernel = KERNELS[kernel_name]
+    curves: dict[str, list[np.ndarray]] = {m: [] for m in methods}
+    for seed in seeds:
+        domain, f = synthetic_problem(seed, kernel)
+        rewards = HeavyTailedRewards(float(np.max(np.abs(f))), NOISE_MOMENT)
+        for method in methods:
+            noise = np.random.default_rng(2000 + seed)
+
+            def reward(index: int, noise=noise, f=f) -> float:
+                return float(f[index] + noise.standard_t(DEGREES_OF_FREEDOM))
+
+            played = play(method, kernel, rewards, domain, reward, horizon, seed)
+            curves[method].append(cumulative_regret(f, played))
+    return curves
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 seeds, T = 300")
@@ -52,24 +70,8 @@ def main() -> None:
     horizon = 300 if args.quick else args.horizon
     started = time.time()
     panels, table = {}, {}
-    for kernel_name, kernel in KERNELS.items():
-        curves: dict[str, list[np.ndarray]] = {m: [] for m in METHODS}
-        for seed in seeds:
-            domain, f = synthetic_problem(seed, kernel)
-            rewards = HeavyTailedRewards(float(np.max(np.abs(f))), NOISE_MOMENT)
-            for method in METHODS:
-                noise = np.random.default_rng(2000 + seed)
-
-                def reward(index: int, noise=noise, f=f) -> float:
-                    return float(f[index] + noise.standard_t(DEGREES_OF_FREEDOM))
-
-                if method == "random":
-                    played = run_random(len(f), horizon, seed)
-                elif method == "tpe":
-                    played = run_tpe(lambda t: t.suggest_int("i", 0, 99), reward, horizon, seed)
-                else:
-                    played = run_core(method, kernel, rewards, domain, reward, horizon, seed)
-                curves[method].append(cumulative_regret(f, played))
+    for kernel_name in KERNELS:
+        curves = run_setting(kernel_name, seeds, horizon, METHODS)
         name = f"{kernel_name}, Student-t(3)"
         panels[name], table[name] = curves, summarize(curves)
         print(f"  done {name} ({time.time() - started:.0f} s)", flush=True)

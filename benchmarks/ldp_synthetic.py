@@ -24,12 +24,10 @@ import json  # noqa: E402
 import time  # noqa: E402
 
 from ldp_common import cumulative_regret  # noqa: E402
+from ldp_common import play  # noqa: E402
 from ldp_common import plot_panels  # noqa: E402
 from ldp_common import practical_epoch_length  # noqa: E402
 from ldp_common import RESULTS  # noqa: E402
-from ldp_common import run_core  # noqa: E402
-from ldp_common import run_random  # noqa: E402
-from ldp_common import run_tpe  # noqa: E402
 from ldp_common import summarize  # noqa: E402
 from ldp_common import synthetic_problem  # noqa: E402
 import numpy as np  # noqa: E402
@@ -69,12 +67,7 @@ def run_setting(kernel_name: str, epsilon: float, seeds: list[int], horizon: int
         rewards = LaplaceRewards(epsilon, bound, NOISE_BOUND)
         for method in methods:
             reward, mechanism = _reward_stream(f, epsilon, bound, 1000 + seed)
-            if method == "random":
-                played = run_random(len(f), horizon, seed)
-            elif method == "tpe":
-                played = run_tpe(lambda t: t.suggest_int("i", 0, 99), reward, horizon, seed)
-            else:
-                played = run_core(method, kernel, rewards, domain, reward, horizon, seed)
+            played = play(method, kernel, rewards, domain, reward, horizon, seed)
             clipped += mechanism.n_clipped
             curves[method].append(cumulative_regret(f, played))
     assert clipped == 0, "values broke the declared bound B + R"

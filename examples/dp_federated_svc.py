@@ -42,8 +42,9 @@ from optuna_fedbo import RFFThompsonSampler
 from optuna_fedbo.datasets import label_skewed_shards
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
-from optuna_fedbo.federation import presets
+from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation import RoundReport
+from optuna_fedbo.federation.dp_config import DPConfig
 
 SEARCH_SPACE = {
     "C": optuna.distributions.FloatDistribution(1e-3, 1e3, log=True),
@@ -79,13 +80,20 @@ def main() -> None:
     workdir = tempfile.TemporaryDirectory(prefix="optuna-fedbo-dp-")
     storage = f"sqlite:///{os.path.join(workdir.name, 'federation.db')}"
 
-    privacy = presets.dp_fts_de_privacy(accountant=args.accountant, epsilon_budget=args.budget)
+    # DP-FTS-DE's mechanism (z = 1, q = 0.35, S = 22; presets.dp_fts_de_privacy() is the paper's).
+    privacy = DPConfig(
+        noise_multiplier=1.0,
+        sample_rate=0.35,
+        clip_norm=22.0,
+        accountant=args.accountant,
+        epsilon_budget=args.budget,
+    )
     federation = Federation.create(
         "dp-svc",
         search_space=SEARCH_SPACE,
         n_clients=args.sites,
         storage=storage,
-        protocol=presets.fts_de(),
+        protocol=FTSConfig(n_subregions=4),
         privacy=privacy,
         seed=args.seed,
     )

@@ -134,21 +134,6 @@ def test_federation_config_rejects_bad_input() -> None:
         )
 
 
-def test_presets_follow_the_papers() -> None:
-    de = presets.fts_de()
-    assert (de.n_features, de.n_subregions, de.weight_a, de.n_init) == (100, 4, 15.0, 10)
-    assert (de.weight_hold_rounds, de.weight_decay_rounds) == (10, 30)
-    assert de.schedule == "1-1/t" and de.aggregation == "weighted"
-    fts = presets.fts()
-    assert fts.aggregation == "sample" and fts.n_subregions == 1 and fts.schedule == "fts"
-    synthetic = presets.fts_de_synthetic(n_subregions=3)
-    assert (synthetic.weight_hold_rounds, synthetic.weight_decay_rounds) == (5, 5)
-    assert synthetic.n_subregions == 3 and synthetic.schedule == "1-1/sqrt(t)"
-    assert presets.dp_fts().protocol.n_subregions == 1 and presets.dp_fts().privacy is not None
-    with pytest.raises(TypeError):
-        presets.fts(unknown_field=1)
-
-
 def test_schedules() -> None:
     inverse = resolve_schedule("1-1/t")
     assert [local_probability(inverse, t) for t in (1, 2, 4)] == [0.0, 0.5, 0.75]

@@ -435,7 +435,7 @@ def test_optunahub_package_loads_and_runs_a_federation() -> None:
         f"hub-{next(_names)}",
         search_space=UNIT,
         n_clients=2,
-        protocol=module.presets.fts_de(n_subregions=2, n_init=2, n_features=30),
+        protocol=module.FTSConfig(n_subregions=2, n_init=2, n_features=30),
     )
     server = module.FederationServer(fed)
     studies = [

@@ -53,6 +53,7 @@ from optuna_fedbo.federation.preset import unpack
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
 from optuna_fedbo.federation.store import ServerSupersededError
+from optuna_fedbo.privacy._rng import refuse_insecure_noise_seed
 
 
 def _read_json(text: str) -> object:
@@ -168,6 +169,13 @@ def _keygen(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_refused_noise_seed(parser: argparse.ArgumentParser) -> None:
+    # Accepted by the parser only to be refused with a clear message (see main).
+    parser.add_argument(
+        "--insecure-noise-seed", "--noise-seed", dest="insecure_noise_seed", help=argparse.SUPPRESS
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="optuna-fedbo", description="Federated Bayesian optimization over Optuna storages."
@@ -177,6 +185,7 @@ def _parser() -> argparse.ArgumentParser:
 
     create = commands.add_parser("create", help="Create a federation.")
     _add_target(create)
+    _add_refused_noise_seed(create)
     create.add_argument(
         "--search-space",
         required=True,
@@ -217,6 +226,7 @@ def _parser() -> argparse.ArgumentParser:
         ),
     )
     _add_target(serve)
+    _add_refused_noise_seed(serve)
     serve.add_argument("--poll-interval", type=float, default=1.0, help="Seconds between polls.")
     serve.add_argument(
         "--round-timeout",
@@ -485,6 +495,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "keygen": _keygen,
     }
     try:
+        if getattr(args, "insecure_noise_seed", None) is not None:
+            refuse_insecure_noise_seed(f"optuna-fedbo {args.command}")
         return handlers[args.command](args)
     except (KeyError, ValueError, OSError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error

@@ -35,6 +35,8 @@ from optuna_fedbo.federation.lease import LeaseBook
 from optuna_fedbo.federation.lifecycle import FederationSummary
 from optuna_fedbo.federation.protocol import get_protocol
 from optuna_fedbo.federation.store import ServerSupersededError
+from optuna_fedbo.privacy._rng import INSECURE_NOISE_SEED
+from optuna_fedbo.privacy._rng import refuse_insecure_noise_seed
 
 #: ``round_timeout="auto"``: a round closes ``AUTO_TIMEOUT_FACTOR`` times the slowest running
 #: participant's typical trial duration after its first upload (per trial of the round) ...
@@ -70,6 +72,9 @@ class RoundReport:
             (server-side; the papers tune ``S`` so that few are).
         noise_std: With differential privacy, the noise standard deviation per coordinate.
         budget_exhausted: True on the report of the round refused for the budget.
+        upload_norms: L2 norms of the valid uploaded vectors (server-side information, not
+            published), from which a researcher chooses the clip norm ``S`` the papers' way:
+            so that a small fraction of the vectors is clipped.
     """
 
     round: int
@@ -86,6 +91,7 @@ class RoundReport:
     n_clipped: int | None = None
     noise_std: float | None = None
     budget_exhausted: bool = False
+    upload_norms: tuple[float, ...] = ()
 
 
 class FederationServer:
@@ -106,6 +112,10 @@ class FederationServer:
         discard_uploads: Delete a round's raw uploads once it is published.
         heartbeat_interval: Seconds between the server's heartbeat writes.
 
+    A server never takes a noise seed (``insecure_noise_seed=...`` raises ``ValueError``): its
+    differential-privacy noise comes from the operating system's entropy. Only the one-process
+    research driver :func:`~optuna_fedbo.simulation.simulate` can seed it.
+
     Every protocol's server subclasses this class and takes the same arguments; see
     :class:`~optuna_fedbo.federation.fts.server.FTSServer` and
     :class:`~optuna_fedbo.federation.fedpne.server.FedPNEServer` for ``step()`` and
@@ -115,6 +125,8 @@ class FederationServer:
     federation: Federation
 
     def __new__(cls, federation: Federation, *args: Any, **kwargs: Any) -> FederationServer:
+        if INSECURE_NOISE_SEED in kwargs:
+            refuse_insecure_noise_seed("FederationServer")
         if cls is FederationServer:
             cls = get_protocol(federation.protocol.kind).server
         return super().__new__(cls)

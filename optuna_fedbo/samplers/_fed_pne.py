@@ -23,6 +23,8 @@ from optuna_fedbo.core.fedpne import Phase
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fedpne.channel import FedPNEChannel
 from optuna_fedbo.federation.fedpne.channel import FedPNEStatus
+from optuna_fedbo.privacy._rng import refuse_insecure_noise_seed
+from optuna_fedbo.privacy._rng import research_rng
 from optuna_fedbo.samplers._common import check_single_objective
 from optuna_fedbo.samplers._common import sample_independently
 from optuna_fedbo.samplers._fed import DEFAULT_LEASE_TTL
@@ -92,7 +94,11 @@ class FedPNESampler(FedSampler):
         independent_sampler: Sampler for parameters outside the federation's search space.
         warn_independent_sampling: Warn when such a parameter is sampled independently.
         seed: Seed of this participant's own randomness (uniform representative points and the
-            independent sampler). DP noise never depends on it.
+            independent sampler). DP noise never depends on it, and the sampler refuses a
+            noise seed (``insecure_noise_seed``: research simulations only, see
+            :func:`~optuna_fedbo.simulation.simulate_fedpne`).
+        insecure_noise_seed: Always refused (``ValueError``): a participant's DP noise comes
+            from the operating system's entropy.
         lease_ttl: Seconds after its last heartbeat at which this participant's lease on
             ``client_id`` expires if its process dies (see :class:`~optuna_fedbo.FedSampler`).
     """
@@ -109,7 +115,10 @@ class FedPNESampler(FedSampler):
         warn_independent_sampling: bool = True,
         seed: int | None = None,
         lease_ttl: float = DEFAULT_LEASE_TTL,
+        insecure_noise_seed: None = None,
     ) -> None:
+        if insecure_noise_seed is not None:
+            refuse_insecure_noise_seed("FedPNESampler")
         if phase_timeout is not None and not phase_timeout >= 0:
             raise ValueError(f"phase_timeout must be None or >= 0, got {phase_timeout!r}.")
         if on_timeout not in ON_TIMEOUT:
@@ -133,9 +142,14 @@ class FedPNESampler(FedSampler):
         self._uploaded: set[int] = set()
         self._completed: dict[tuple[int, int], dict[int, float]] = {}
         self._n_clipped = 0
+        self._noise_rng: np.random.Generator | None = None  # None: OS entropy
         guarantee = self.privacy_guarantee
         if guarantee is not None:
             _logger.info(f"{client_id}: {guarantee.description}")
+
+    def _use_insecure_noise_seed(self, insecure_noise_seed: int, stream: int) -> None:
+        """Draw the reward noise from a seeded generator: for ``simulate_fedpne()`` only."""
+        self._noise_rng = research_rng(insecure_noise_seed, stream)
 
     # ------------------------------------------------------------------------ accessors
     @property
@@ -452,7 +466,13 @@ class FedPNESampler(FedSampler):
             schedule = phase.schedule()
             nodes = [schedule[k] for k in range(phase.budget)]
             rewards = [done[k] for k in range(phase.budget)]
-            means = local_node_means(phase, nodes, rewards, privacy=self._config.reward_privacy)
+            means = local_node_means(
+                phase,
+                nodes,
+                rewards,
+                privacy=self._config.reward_privacy,
+                noise_rng=self._noise_rng,
+            )
             sent = self.channel.upload(self.client_id, phase, means)
             self._uploaded.add(phase.index)
         if sent:

@@ -22,6 +22,7 @@ from optuna_fedbo.federation.fedpne.config import FedPNEConfig
 from optuna_fedbo.federation.fedpne.server import FedPNEServer
 from optuna_fedbo.federation.fedpne.server import PhaseRoundReport
 from optuna_fedbo.federation.server import FederationServer
+from optuna_fedbo.privacy._rng import check_insecure_noise_seed
 from optuna_fedbo.samplers._fed_pne import FedPNESampler
 
 _logger = optuna.logging.get_logger(__name__)
@@ -132,6 +133,7 @@ def simulate_fedpne(
     extra_trials: int = 0,
     sampler_kwargs: Mapping[str, Any] | None = None,
     quiet: bool = True,
+    insecure_noise_seed: int | None = None,
 ) -> FedPNESimulationResult:
     """Run ``M = len(objectives)`` Fed-PNE participants and the server in lock-step phases.
 
@@ -158,6 +160,10 @@ def simulate_fedpne(
         sampler_kwargs: Extra arguments of :class:`~optuna_fedbo.samplers.FedPNESampler`
             (``phase_timeout`` defaults to 0 here: in lock-step nobody has to wait).
         quiet: Silence Optuna's per-trial log lines during the run.
+        insecure_noise_seed: Research runs only, and NOT private: seed the participants'
+            DP-Fed-PNE reward noise (one stream per participant) so that a DP run can be
+            repeated exactly. ``None`` (the default) draws it from the operating system's
+            entropy, as a real participant does; :class:`FedPNESampler` refuses the seed.
 
     Returns:
         The studies, the server's reports and the phases.
@@ -174,6 +180,7 @@ def simulate_fedpne(
         raise ValueError(f"max_phases must be None or a non-negative integer, got {max_phases!r}.")
     if isinstance(extra_trials, bool) or not isinstance(extra_trials, int) or extra_trials < 0:
         raise ValueError(f"extra_trials must be a non-negative integer, got {extra_trials!r}.")
+    insecure_noise_seed = check_insecure_noise_seed(insecure_noise_seed)
     verbosity = optuna.logging.get_verbosity()
     if quiet:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -193,13 +200,18 @@ def simulate_fedpne(
         client_ids = [f"agent-{i:0{width}d}" for i in range(n_clients)]
         seeds = np.random.SeedSequence(seed).generate_state(n_clients)
         kwargs = {"phase_timeout": 0.0, **dict(sampler_kwargs or {})}
-        studies = [
-            optuna.create_study(
-                direction=direction,
-                sampler=FedPNESampler(federation, client_id, seed=int(s), **kwargs),
-            )
+        samplers = [
+            FedPNESampler(federation, client_id, seed=int(s), **kwargs)
             for client_id, s in zip(client_ids, seeds)
         ]
+        if insecure_noise_seed is not None and protocol.dp_epsilon is not None:
+            _logger.warning(
+                f"Research run: the DP noise of {federation.name!r} comes from "
+                f"insecure_noise_seed={insecure_noise_seed}; it protects nobody who knows it."
+            )
+            for index, sampler in enumerate(samplers):
+                sampler._use_insecure_noise_seed(insecure_noise_seed, index)
+        studies = [optuna.create_study(direction=direction, sampler=s) for s in samplers]
         reports: list[PhaseRoundReport] = []
         phases: list[Phase] = []
         start = time.perf_counter()

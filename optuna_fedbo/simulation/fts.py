@@ -24,6 +24,7 @@ from optuna_fedbo.federation.fts.config import FTSConfig
 from optuna_fedbo.federation.preset import unpack
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
+from optuna_fedbo.privacy._rng import check_insecure_noise_seed
 from optuna_fedbo.samplers._fed_thompson import FedThompsonSampler
 from optuna_fedbo.simulation.fedpne import simulate_fedpne
 
@@ -139,6 +140,7 @@ def simulate(
     progress: bool = True,
     quiet: bool = True,
     as_table: bool = False,
+    insecure_noise_seed: int | None = None,
 ) -> SimulationResult | list[dict[str, Any]]:
     """Run ``N = len(objectives)`` participants and the server in lock-step rounds.
 
@@ -168,6 +170,11 @@ def simulate(
         progress: Show a progress bar (needs ``tqdm``).
         quiet: Silence Optuna's per-trial log lines during the run.
         as_table: Return :meth:`SimulationResult.table` instead of the result object.
+        insecure_noise_seed: Research runs only, and NOT private: seed the server's
+            differential-privacy subsampling and noise (Fed-PNE: the participants' reward noise)
+            so that a DP comparison can be rerun exactly. ``None`` (the default) draws them from
+            the operating system's entropy, as a real federation does; the server, the samplers
+            and the command line refuse this seed.
 
     With a :class:`~optuna_fedbo.federation.fedpne.config.FedPNEConfig` protocol this runs
     :func:`~optuna_fedbo.simulation.fedpne.simulate_fedpne`: a round is a Fed-PNE
@@ -186,6 +193,7 @@ def simulate(
     if sampler_factory is not None and sampler_kwargs:
         raise ValueError("Pass either sampler_factory or sampler_kwargs, not both.")
     protocol, privacy = unpack(protocol, privacy)
+    insecure_noise_seed = check_insecure_noise_seed(insecure_noise_seed)
     if protocol is not None and protocol.kind == "fedpne":
         # Fed-PNE's rounds are its phases: see simulate_fedpne (n_rounds = closed phases).
         if privacy is not None or sampler_factory is not None:
@@ -204,6 +212,7 @@ def simulate(
             max_phases=n_rounds,
             sampler_kwargs=sampler_kwargs,
             quiet=quiet,
+            insecure_noise_seed=insecure_noise_seed,
         )
         return fedpne.table() if as_table else fedpne  # type: ignore[return-value]
     verbosity = optuna.logging.get_verbosity()
@@ -224,6 +233,7 @@ def simulate(
             sampler_kwargs=sampler_kwargs,
             progress=progress,
             as_table=as_table,
+            insecure_noise_seed=insecure_noise_seed,
         )
     finally:
         optuna.logging.set_verbosity(verbosity)
@@ -244,6 +254,7 @@ def _run(
     sampler_kwargs: Mapping[str, Any] | None,
     progress: bool,
     as_table: bool,
+    insecure_noise_seed: int | None,
 ) -> SimulationResult | list[dict[str, Any]]:
     n_clients = len(objectives)
     federation = Federation.create(
@@ -256,6 +267,12 @@ def _run(
         seed=seed,
     )
     server = FederationServer(federation)
+    if insecure_noise_seed is not None and privacy is not None:
+        _logger.warning(
+            f"Research run: the DP noise of {federation.name!r} comes from "
+            f"insecure_noise_seed={insecure_noise_seed}; it protects nobody who knows the seed."
+        )
+        server._use_insecure_noise_seed(insecure_noise_seed)
     kwargs = dict(sampler_kwargs or {})
 
     def default_factory(fed: Federation, client_id: str, participant_seed: int) -> BaseSampler:

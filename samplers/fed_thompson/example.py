@@ -34,7 +34,7 @@ if __name__ == "__main__":
         "example",
         search_space=search_space,
         n_clients=3,
-        protocol=fts.presets.fts_de(n_subregions=2, n_init=5),
+        protocol=fts.FTSConfig(n_subregions=2, n_init=5),
         seed=0,  # public: the shared random features and the sub-regions
     )
     server = fts.FederationServer(federation)

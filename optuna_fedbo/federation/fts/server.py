@@ -62,6 +62,7 @@ from optuna_fedbo.federation.server import RoundReport
 from optuna_fedbo.federation.trust import text_digest
 from optuna_fedbo.privacy._gaussian import aggregate
 from optuna_fedbo.privacy._gaussian import AggregationResult
+from optuna_fedbo.privacy._rng import research_rng
 
 _logger = optuna.logging.get_logger(__name__)
 
@@ -88,6 +89,7 @@ class _Staged:
     payload: str
     private: AggregationResult | None = None
     entry: LedgerEntry | None = None
+    upload_norms: tuple[float, ...] = ()
 
 
 class FTSServer(FederationServer):
@@ -105,6 +107,8 @@ class FTSServer(FederationServer):
 
     #: The budget-exhausted record once the server has stopped for the privacy budget.
     _exhausted: dict[str, Any] | None = None
+    #: Noise source of a research simulation (``None``: OS entropy, the only choice otherwise).
+    _noise_rng: np.random.Generator | None = None
 
     def __init__(
         self,
@@ -138,6 +142,14 @@ class FTSServer(FederationServer):
             self._mechanism = federation.privacy.mechanism()
             self._ledger.prepare()
         self._recover()
+
+    def _use_insecure_noise_seed(self, insecure_noise_seed: int) -> None:
+        """Draw subsampling and noise from a seeded generator: for ``simulate()`` only.
+
+        The privacy guarantee is void against whoever knows the seed; the public constructor
+        refuses it, and only :func:`optuna_fedbo.simulation.simulate` calls this.
+        """
+        self._noise_rng = research_rng(insecure_noise_seed)
 
     # ------------------------------------------------------------------------ recovery
     def _recover(self) -> None:
@@ -291,6 +303,7 @@ class FTSServer(FederationServer):
                 payload,
                 private,
                 entry,
+                tuple(float(np.linalg.norm(u.omega)) for u in uploads),
             )
             return self._publish()
 
@@ -370,8 +383,11 @@ class FTSServer(FederationServer):
             round_index=round_index,
             schedule=self._weights,
         )
-        # rng=None: subsampling and noise from the OS entropy source (secure_rng).
-        result = aggregate(omegas, indices, weights, mechanism=self._mechanism)
+        # _noise_rng is None (subsampling and noise from the OS entropy source, secure_rng)
+        # except in a research simulation given an insecure_noise_seed.
+        result = aggregate(
+            omegas, indices, weights, mechanism=self._mechanism, rng=self._noise_rng
+        )
         return result, float(weights.max())
 
     def _stop_for_budget(
@@ -458,6 +474,7 @@ class FTSServer(FederationServer):
             n_selected=None if private is None else int(private.selected.size),
             n_clipped=None if private is None else private.n_clipped,
             noise_std=None if entry is None else entry.noise_std,
+            upload_norms=staged.upload_norms,
         )
         details = ""
         if entry is not None:
