@@ -29,10 +29,11 @@ def fed_pne(horizon: int, **overrides: Any) -> FedPNEConfig:
     """Fed-PNE as in the paper's experiments (Section 4 and Appendix E.1.5).
 
     ``variant="paper"`` (Algorithms 1-2 as published), a random binary partition, ``nu1 = 1``,
-    ``rho = 0.5``, ``c = 0.1``, ``c1 = 1``, ``delta = 1/M``, the centre of each node as its representative point. ``horizon`` is ``T``,
-    the pulls per client; ``value_range`` (how objective values map to rewards in ``[0, 1]``)
-    depends on the objective and never warns. DP-Fed-PNE (App. D) adds ``dp_epsilon`` and
-    ``dp_delta``; the paper reports no experiment with it.
+    ``rho = 0.5``, ``c = 0.1``, ``c1 = 1``, ``delta = 1/M``, the centre of each node as its
+    representative point. ``horizon`` is ``T``, the pulls per client; ``value_range`` (how
+    objective values map to rewards in ``[0, 1]``) depends on the objective and never warns.
+    DP-Fed-PNE (App. D) adds ``dp_epsilon`` and ``dp_delta``; the paper reports no experiment
+    with it.
 
     Departures: none in the configuration. The paper's central HCT baseline uses ``rho = 0.75``
     (App. E.1.1), which is HCT's, not Fed-PNE's.
