@@ -50,7 +50,7 @@ _logger = optuna.logging.get_logger(__name__)
 #: A server with a budget precomputes ``eps(T)`` for the rounds the budget allows (so that each
 #: round is a table lookup), spending at most this many seconds when it starts; the rounds
 #: beyond are computed when they come (one PLD convolution each).
-PRECOMPUTE_SECONDS: Final[float] = 2.0
+PRECOMPUTE_SECONDS: float = 2.0
 
 LEDGER_FORMAT: Final[int] = 2
 
@@ -249,7 +249,7 @@ class PrivacyLedger:
         """Check the ledger (the server, at start and after an error): fails closed."""
         self.verified()
 
-    def prepare(self, seconds: float = PRECOMPUTE_SECONDS) -> int:
+    def prepare(self, seconds: float | None = None) -> int:
         """Precompute epsilon for the payloads the budget allows (server start).
 
         Walks forward from the ledger's count, one payload at a time (a lookup-table fill: one
@@ -257,9 +257,13 @@ class PrivacyLedger:
         exceeds the budget or ``seconds`` have passed. Afterwards accounting those payloads is
         a table lookup. Without a budget nothing is precomputed.
 
+        Args:
+            seconds: The time box (``None``: :data:`PRECOMPUTE_SECONDS`, read at call time).
+
         Returns:
             The last count whose epsilon is now known (the ledger's count if nothing).
         """
+        seconds = PRECOMPUTE_SECONDS if seconds is None else seconds
         count = len(self.verified())
         budget = self.budget
         if budget is None:
