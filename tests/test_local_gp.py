@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
-import threading
+import os
+import subprocess
+import sys
 
 import numpy as np
 import optuna
@@ -16,7 +18,6 @@ from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import ConstantKernel
 from sklearn.gaussian_process.kernels import Matern
 from sklearn.gaussian_process.kernels import WhiteKernel
-from threadpoolctl import threadpool_info
 
 from optuna_fedbo import LocalGPSampler
 from optuna_fedbo.core.acquisition import LinearAcquisition
@@ -33,7 +34,6 @@ from optuna_fedbo.core.gp_acquisition import thompson_candidate
 from optuna_fedbo.core.rff import RandomFourierFeatures
 from optuna_fedbo.core.space import Dimension
 from optuna_fedbo.core.space import UnitCubeEncoding
-from optuna_fedbo.core.threads import one_blas_thread
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -261,27 +261,44 @@ def test_subset_keeps_the_best_half() -> None:
     np.testing.assert_array_equal(subset_indices(y[:10], 20, np.random.default_rng(0)), range(10))
 
 
+_BLAS_THREADS_CHECK = """
+import threading
+
+import scipy.linalg  # both BLAS libraries (numpy's and scipy's) loaded before the first look
+from threadpoolctl import threadpool_info
+from optuna_fedbo.core.threads import one_blas_thread
+
+def threads():
+    return [info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"]
+
+before = threads()
+inside = []
+entered = threading.Barrier(2)
+
+def work():
+    with one_blas_thread():
+        entered.wait()
+        inside.append(threads())
+        entered.wait()
+
+workers = [threading.Thread(target=work) for _ in range(2)]
+for w in workers:
+    w.start()
+for w in workers:
+    w.join()
+assert len(inside) == 2 and all(all(n == 1 for n in t) for t in inside), (before, inside)
+assert threads() == before, (before, threads())
+"""
+
+
 def test_one_blas_thread_limits_and_restores_across_threads() -> None:
-    def threads() -> list[int]:
-        return [info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"]
-
-    before = threads()
-    inside: list[list[int]] = []
-    entered = threading.Barrier(2)
-
-    def work() -> None:
-        with one_blas_thread():
-            entered.wait()
-            inside.append(threads())
-            entered.wait()
-
-    workers = [threading.Thread(target=work) for _ in range(2)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    assert all(all(n == 1 for n in t) for t in inside)
-    assert threads() == before
+    # BLAS limits are process-wide and other tests change them (threadpool_limits fixtures):
+    # check in a fresh process, with BLAS allowed two threads to begin with.
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"}
+    result = subprocess.run(
+        [sys.executable, "-c", _BLAS_THREADS_CHECK], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
 
 
 class TestLocalGPSamplerConformance(
