@@ -262,8 +262,6 @@ def test_subset_keeps_the_best_half() -> None:
 
 
 _BLAS_THREADS_CHECK = """
-import threading
-
 import scipy.linalg  # both BLAS libraries (numpy's and scipy's) loaded before the first look
 from threadpoolctl import threadpool_info
 from optuna_fedbo.core.threads import one_blas_thread
@@ -272,26 +270,15 @@ def threads():
     return [info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"]
 
 before = threads()
-inside = []
-entered = threading.Barrier(2)
-
-def work():
+for _ in range(3):
     with one_blas_thread():
-        entered.wait()
-        inside.append(threads())
-        entered.wait()
-
-workers = [threading.Thread(target=work) for _ in range(2)]
-for w in workers:
-    w.start()
-for w in workers:
-    w.join()
-assert len(inside) == 2 and all(all(n == 1 for n in t) for t in inside), (before, inside)
-assert threads() == before, (before, threads())
+        with one_blas_thread():
+            assert all(n == 1 for n in threads()), threads()
+    assert threads() == before, (before, threads())
 """
 
 
-def test_one_blas_thread_limits_and_restores_across_threads() -> None:
+def test_one_blas_thread_limits_and_restores() -> None:
     # BLAS limits are process-wide and other tests change them (threadpool_limits fixtures):
     # check in a fresh process, with BLAS allowed two threads to begin with.
     env = {**os.environ, "OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"}
