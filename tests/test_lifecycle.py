@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import threading
 import time
 
 import numpy as np
@@ -26,6 +27,7 @@ from optuna_fedbo.federation.fts.messages import parse_broadcast
 from optuna_fedbo.federation.fts.messages import parse_upload
 from optuna_fedbo.federation.lease import Lease
 from optuna_fedbo.federation.lease import LeaseBook
+from optuna_fedbo.federation.store import resolve_storage
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -113,6 +115,27 @@ def test_load_never_creates_a_file(tmp_path, scheme) -> None:
     with pytest.raises(FederationNotFoundError, match="does not exist"):
         Federation.load("svm", url)
     assert not path.exists()
+
+
+def test_processes_opening_one_new_sqlite_file_at_once_all_succeed(tmp_path) -> None:
+    # Optuna creates a new database's schema without a lock; a server and participants started
+    # together used to collide ("table studies already exists", a duplicate schema version).
+    for k in range(8):
+        url = f"sqlite:///{tmp_path / f'fresh{k}.db'}"
+        errors: list[Exception] = []
+
+        def open_storage(url: str = url, errors: list[Exception] = errors) -> None:
+            try:
+                resolve_storage(url).get_all_studies()
+            except Exception as error:  # noqa: BLE001 - collected for the assertion below
+                errors.append(error)
+
+        threads = [threading.Thread(target=open_storage) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,7 @@ a single writer, because Optuna's attribute writes are last-writer-wins):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 import json
@@ -125,9 +126,12 @@ def resolve_storage(storage: str | BaseStorage | None, *, must_exist: bool = Fal
             database = make_url(storage).database
             if database and database != ":memory:" and not database.startswith("file:"):
                 _check_file(storage, database, must_exist)
-            rdb = RDBStorage(storage, engine_kwargs={"connect_args": {"timeout": SQLITE_TIMEOUT}})
-            return optuna.storages.get_storage(rdb)
-        return optuna.storages.get_storage(storage)
+            return _open_rdb(
+                lambda: RDBStorage(
+                    storage, engine_kwargs={"connect_args": {"timeout": SQLITE_TIMEOUT}}
+                )
+            )
+        return _open_rdb(lambda: optuna.storages.get_storage(storage))
     except (FederationNotFoundError, ValueError):
         raise
     except Exception as error:
@@ -136,6 +140,33 @@ def resolve_storage(storage: str | BaseStorage | None, *, must_exist: bool = Fal
             f"Cannot open storage {storage!r}: {type(error).__name__}: "
             f"{text[0] if text else 'no details'}"
         ) from None
+
+
+def _open_rdb(open_storage: Callable[[], BaseStorage]) -> BaseStorage:
+    """Open an RDB storage, retrying while another process is creating the same fresh schema.
+
+    Optuna creates the tables and stamps the schema version on first use without a lock, so two
+    processes opening one new database at the same moment (a server and its participants started
+    together) can collide: "table ... already exists" or a duplicate schema-version row. The
+    loser's retry finds the schema complete.
+    """
+    import sqlalchemy.exc
+
+    attempt = 1
+    while True:
+        try:
+            return optuna.storages.get_storage(open_storage())
+        except sqlalchemy.exc.DBAPIError as error:
+            concurrent_creation = isinstance(error, sqlalchemy.exc.IntegrityError) or (
+                "already exists" in str(error)
+            )
+            if not concurrent_creation or attempt == _SCHEMA_RACE_ATTEMPTS:
+                raise
+        time.sleep(0.05 * attempt)
+        attempt += 1
+
+
+_SCHEMA_RACE_ATTEMPTS = 6
 
 
 def _check_file(storage: str, path: str, must_exist: bool) -> None:
