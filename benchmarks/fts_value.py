@@ -61,6 +61,8 @@ from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.simulation import simulate
 
 NOISE_STD = 0.01
+#: Stock samplers' curves, kept between runs (delete the folder to recompute them).
+CACHE_DIR = "benchmarks/results/cache"
 TRUE_ATTR = "true_value"
 
 
@@ -148,8 +150,12 @@ def gp_problem(
 
         objectives.append(objective)
         optima.append((1.0, 1.0))
-    name = f"gp D={dims} l={lengthscale} {relation} N={n_sites}" + (" DP" if privacy else "")
+    name = gp_name(dims, lengthscale, relation, n_sites, privacy)
     return Problem(name, space, objectives, optima, privacy)
+
+
+def gp_name(dims: int, lengthscale: float, relation: str, n_sites: int, privacy=None) -> str:
+    return f"gp D={dims} l={lengthscale} {relation} N={n_sites}" + (" DP" if privacy else "")
 
 
 # ------------------------------------------------------------------------ sklearn tasks
@@ -272,7 +278,10 @@ def run_problem(
     sites = range(min(stock_sites, len(problem.objectives)))
     singles = {**stock_samplers(seed), **local_samplers(seed)}
     for name in methods:
-        if name in singles:
+        cached = _cache_path(problem, seed, name, n_trials, len(sites))
+        if cached is not None and os.path.exists(cached):
+            curves[name] = np.load(cached)
+        elif name in singles:
             rows = []
             for n in sites:
                 study = optuna.create_study(direction="maximize", sampler=singles[name]())
@@ -281,6 +290,9 @@ def run_problem(
                     study.optimize(problem.objectives[n], n_trials=n_trials)
                 rows.append(true_values(study, n_trials))
             curves[name] = np.array(rows)
+            if cached is not None:
+                os.makedirs(os.path.dirname(cached), exist_ok=True)
+                np.save(cached, curves[name])
         elif name in federated_configs():
             config = federated_configs()[name]
             start = time.perf_counter()
@@ -301,6 +313,17 @@ def run_problem(
                 : len(sites) if problem.privacy is None else None
             ]
     return curves, facts
+
+
+def _cache_path(
+    problem: Problem, seed: int, method: str, n_trials: int, n_sites: int
+) -> str | None:
+    """Where a stock sampler's curves are kept between runs (they do not depend on our code)."""
+    if method not in STOCK:
+        return None
+    key = f"{problem.name} seed={seed} {method} T={n_trials} sites={n_sites}"
+    key += f" optuna={optuna.__version__}"
+    return os.path.join(CACHE_DIR, key.replace(" ", "_").replace("/", "-") + ".npy")
 
 
 def regrets(problem: Problem, curves: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -457,6 +480,11 @@ def main() -> None:
         default=None,
         help="only compare the shared-feature options, in these dimensions (e.g. 1,2)",
     )
+    parser.add_argument(
+        "--shard",
+        default="1/1",
+        help="run every n-th problem only, K/N (to split the grid over processes)",
+    )
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -471,44 +499,52 @@ def main() -> None:
     n = args.sites
     dp = DPConfig(noise_multiplier=1.0, sample_rate=0.25, clip_norm=22.0)
 
-    problems: list[Callable[[int], Problem]] = []
+    problems: list[tuple[str, Callable[[int], Problem]]] = []
+
+    def add_gp(dims: int, ls: float, relation: str, sites: int, privacy=None) -> None:
+        problems.append(
+            (
+                gp_name(dims, ls, relation, sites, privacy),
+                lambda s: gp_problem(dims, ls, relation, sites, s, privacy=privacy),
+            )
+        )
+
     if args.quick:
         for ls in (0.03, 0.2):
-            problems.append(lambda s, ls=ls: gp_problem(1, ls, "identical", n, s))
-        problems.append(lambda s: gp_problem(2, 0.1, "identical", n, s))
-        problems.append(lambda s: gp_problem(2, 0.2, "independent", n, s))
-        problems.append(lambda s: gp_problem(2, 0.2, "heterogeneous", n, s))
-        problems.append(lambda s: gp_problem(1, 0.1, "identical", 200, s, privacy=dp))
-        problems.append(lambda s: svc_problem(n, s))
+            add_gp(1, ls, "identical", n)
+        add_gp(2, 0.1, "identical", n)
+        add_gp(2, 0.2, "independent", n)
+        add_gp(2, 0.2, "heterogeneous", n)
+        add_gp(1, 0.1, "identical", 200, dp)
     else:
         for dims in (1, 2, 4):
             for ls in (0.02, 0.05, 0.1, 0.2, 0.5):
                 if dims == 4 and ls < 0.1:
                     continue  # a 4-D draw at lengthscale < 0.1 has thousands of local optima
-                problems.append(lambda s, d=dims, ls=ls: gp_problem(d, ls, "identical", n, s))
+                add_gp(dims, ls, "identical", n)
         for dims in (1, 3):
             for relation in ("heterogeneous", "independent"):
-                problems.append(lambda s, d=dims, r=relation: gp_problem(d, 0.1, r, n, s))
-        problems.append(lambda s: gp_problem(2, 0.2, "identical", 100, s))
-        problems.append(lambda s: gp_problem(1, 0.05, "identical", 200, s, privacy=dp))
-        problems.append(lambda s: gp_problem(2, 0.2, "identical", 200, s, privacy=dp))
-        problems.append(lambda s: svc_problem(n, s))
-        problems.append(lambda s: krr_problem(n, s))
-
+                add_gp(dims, 0.1, relation, n)
+        add_gp(2, 0.2, "identical", 100)
+        add_gp(1, 0.05, "identical", 200, dp)
+        add_gp(2, 0.2, "identical", 200, dp)
+    problems.append((f"svc-digits N={n}", lambda s: svc_problem(n, s)))
+    if not args.quick:
+        problems.append((f"krr-friedman N={n}", lambda s: krr_problem(n, s)))
+    if args.only:
+        problems = [(name, make) for name, make in problems if args.only in name]
+    shard, n_shards = (int(k) for k in args.shard.split("/"))
+    problems = problems[shard - 1 :: n_shards]
     methods = [*stock_samplers(0), "local-gp", "local-ts", "fts", "fts-v1"]
     if args.methods:
         methods = [m for m in methods if m in args.methods.split(",")]
     checkpoints = [t for t in (5, 10, 20, 40) if t <= args.trials]
     all_results = []
-    for make in problems:
+    for name, make in problems:
         per_seed: list[dict[str, np.ndarray]] = []
         facts_all: dict[str, list[float]] = {}
-        name = None
         for seed in range(n_seeds):
             problem = make(seed)
-            name = problem.name
-            if args.only and args.only not in name:
-                break
             used = methods
             if problem.privacy is not None:  # fts-v1 and local-ts add nothing there
                 used = [m for m in methods if m not in ("fts-v1", "local-ts")]
@@ -516,12 +552,10 @@ def main() -> None:
             per_seed.append(regrets(problem, curves))
             for k, v in facts.items():
                 facts_all.setdefault(k, []).append(v)
-        if not per_seed:
-            continue
         all_results.append((name, per_seed))
         report(name, per_seed, checkpoints, facts_all)
     if not args.no_plot and all_results:
-        plot(all_results, args.quick)
+        plot(all_results, args.quick, "" if n_shards == 1 else f"_{shard}of{n_shards}")
 
 
 def report(name, per_seed, checkpoints, facts) -> None:
@@ -549,7 +583,7 @@ def report(name, per_seed, checkpoints, facts) -> None:
         print(f"{k}: {np.mean(v):.3g} (mean of {len(v)})")
 
 
-def plot(all_results, quick: bool) -> None:
+def plot(all_results, quick: bool, suffix: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -573,7 +607,7 @@ def plot(all_results, quick: bool) -> None:
     axes[0, 0].legend(fontsize=6)
     fig.tight_layout()
     os.makedirs("benchmarks/results", exist_ok=True)
-    path = f"benchmarks/results/fts_value{'_quick' if quick else ''}.png"
+    path = f"benchmarks/results/fts_value{'_quick' if quick else ''}{suffix}.png"
     fig.savefig(path, dpi=110)
     print(f"\nSaved {path}")
 

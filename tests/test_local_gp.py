@@ -20,13 +20,18 @@ from sklearn.gaussian_process.kernels import Matern
 from sklearn.gaussian_process.kernels import WhiteKernel
 
 from optuna_fedbo import LocalGPSampler
+from optuna_fedbo.core.acquisition import LARGE_STUDY
 from optuna_fedbo.core.acquisition import LinearAcquisition
+from optuna_fedbo.core.acquisition import search_budget
 from optuna_fedbo.core.gp import fit_gp
 from optuna_fedbo.core.gp import GaussianProcess
+from optuna_fedbo.core.gp import GPFitState
 from optuna_fedbo.core.gp import KernelParams
 from optuna_fedbo.core.gp import log_posterior_and_grad
+from optuna_fedbo.core.gp import REFIT_FROM
 from optuna_fedbo.core.gp import squared_differences
 from optuna_fedbo.core.gp import subset_indices
+from optuna_fedbo.core.gp import update_gp
 from optuna_fedbo.core.gp_acquisition import GPUpperConfidenceBound
 from optuna_fedbo.core.gp_acquisition import log_h
 from optuna_fedbo.core.gp_acquisition import LogExpectedImprovement
@@ -259,6 +264,33 @@ def test_subset_keeps_the_best_half() -> None:
     assert len(kept) == 20 and len(set(kept)) == 20
     assert set(range(90, 100)) <= set(kept)
     np.testing.assert_array_equal(subset_indices(y[:10], 20, np.random.default_rng(0)), range(10))
+
+
+def test_update_gp_refits_early_then_only_after_growth_and_caps_the_points() -> None:
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(400, 2))
+    y = np.sin(6.0 * X[:, 0]) + X[:, 1]
+    gp, fit = update_gp(X[:50], y[:50], None, rng)
+    assert fit.n_observations == 50 and gp.n_observations == 50
+    _, again = update_gp(X[:60], y[:60], fit, rng)
+    assert again.n_observations == 60  # below REFIT_FROM observations: refitted every time
+    first = update_gp(X[:REFIT_FROM], y[:REFIT_FROM], None, rng)[1]
+    gp, kept = update_gp(X[:109], y[:109], first, rng, refit_growth=1.1)
+    assert kept is first and gp.params is first.params  # grown by less than 10%: conditioned
+    _, refitted = update_gp(X[:112], y[:112], first, rng, refit_growth=1.1)
+    assert refitted.n_observations == 112
+    gp, _ = update_gp(X, y, refitted, rng, max_points=64)
+    assert gp.n_observations == 64
+    other = GPFitState(KernelParams(np.array([0.3, 0.3, 0.3]), 1.0, 1e-3), 300)
+    _, fresh = update_gp(X[:300], y[:300], other, rng)  # another dimension: no warm start
+    assert fresh.n_observations == 300 and fresh.params.lengthscales.shape == (2,)
+
+
+def test_the_search_budget_shrinks_only_in_large_studies() -> None:
+    assert search_budget(LARGE_STUDY, 1024, 8) == (1024, 8)
+    assert search_budget(LARGE_STUDY + 1, 1024, 8) == (256, 2)
+    assert search_budget(1000, 100, 1) == (64, 1)
+    assert search_budget(1000, 16, 0) == (16, 0)
 
 
 _BLAS_THREADS_CHECK = """

@@ -50,8 +50,9 @@ class LinearAcquisition:
         self._features = features
         self._weights = weights
 
-    def values(self, x: np.ndarray) -> np.ndarray:
-        return self._features(x) @ self._weights
+    def values(self, x: np.ndarray, *, features: np.ndarray | None = None) -> np.ndarray:
+        """Values at ``x``; ``features``: ``phi(x)`` if already computed."""
+        return (self._features(x) if features is None else features) @ self._weights
 
     def values_and_grads(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self._features.value_and_grad(x, self._weights)
@@ -92,6 +93,24 @@ class UpperConfidenceBound:
         grad_mean = np.einsum("nmd,m->nd", jacobian, self._posterior.mean)
         grads = grad_mean + self._sqrt_beta * grad_variance / (2.0 * std[:, None])
         return mean + self._sqrt_beta * std, grads
+
+
+#: Beyond this many observations a sampler's acquisition search shrinks (:func:`search_budget`).
+LARGE_STUDY = 128
+
+
+def search_budget(n_observations: int, n_candidates: int, n_refinements: int) -> tuple[int, int]:
+    """Random candidates and L-BFGS-B refinements per suggestion in a study of this size.
+
+    The budget as given up to :data:`LARGE_STUDY` observations; beyond, a quarter of the
+    candidates (at least 64) and at most two refinements. By then the sampler knows where the
+    good region is (its candidates include points around the best trials), and scoring a
+    thousand candidates against a GP of a hundred points or more would cost more than every
+    other step of a trial together (22 ms against 6 ms at 1,000 trials, 3-D).
+    """
+    if n_observations <= LARGE_STUDY:
+        return n_candidates, n_refinements
+    return max(n_candidates // 4, min(n_candidates, 64)), min(n_refinements, 2)
 
 
 def maximize(
@@ -250,8 +269,9 @@ class RegionwiseLinear:
         self._weights = weights
         self._region_of = region_of
 
-    def values(self, x: np.ndarray) -> np.ndarray:
-        phi = self._features(x)
+    def values(self, x: np.ndarray, *, features: np.ndarray | None = None) -> np.ndarray:
+        """Values at ``x``; ``features``: ``phi(x)`` if already computed."""
+        phi = self._features(x) if features is None else features
         return np.einsum("nm,nm->n", phi, self._weights[self._region_of(x)])
 
     def values_and_grads(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -14,6 +14,8 @@ import math
 import numpy as np
 
 from optuna_fedbo.core.acquisition import AcquisitionFunction
+from optuna_fedbo.core.acquisition import maximize
+from optuna_fedbo.core.acquisition import search_budget
 from optuna_fedbo.core.gp import GaussianProcess
 from optuna_fedbo.core.space import Box
 from optuna_fedbo.core.space import UnitCubeEncoding
@@ -154,6 +156,58 @@ class GPUpperConfidenceBound(_GPAcquisition):
         mean, std, mean_grad, std_grad = self._posterior(x, with_grads=True)
         assert mean_grad is not None and std_grad is not None
         return mean + self._sqrt_beta * std, mean_grad + self._sqrt_beta * std_grad
+
+
+#: L-BFGS-B iteration limit of the acquisition refinement, which runs in lengthscale-scaled
+#: coordinates (as GPSampler preconditions). Unscaled with 30 iterations, LogEI stopped short of
+#: its maximum and lost to GPSampler on 6-D hartmann (median regret 0.25 against 0.011 at 40
+#: trials, 10 seeds); scaled, 30 and 200 iterations gave 0.046 and 0.16 (seed noise).
+ACQUISITION_MAX_ITERATIONS = 50
+
+
+def maximize_on_gp(
+    acquisition: AcquisitionFunction,
+    gp: GaussianProcess,
+    encoding: UnitCubeEncoding,
+    rng: np.random.Generator,
+    incumbents: np.ndarray,
+    *,
+    n_observations: int,
+    n_candidates: int = 1024,
+    n_refinements: int = 8,
+) -> np.ndarray:
+    """Maximize an acquisition of a GP: random candidates, candidates near the incumbents,
+    then L-BFGS-B in lengthscale-scaled coordinates.
+
+    Args:
+        acquisition: The acquisition (LogEI, UCB) of ``gp``.
+        gp: The fitted GP; its lengthscales set the local candidates' spread and the scaling.
+        encoding: The unit-cube encoding of the search space.
+        rng: Source of randomness for the candidates.
+        incumbents: The best encoded points so far, best first, shape ``(k, D)`` with ``k >= 1``.
+        n_observations: The study's number of observations (the search shrinks in large
+            studies: :func:`~optuna_fedbo.core.acquisition.search_budget`).
+        n_candidates: Random candidates scored (an eighth more are drawn near the incumbents).
+        n_refinements: Best candidates refined with L-BFGS-B.
+
+    Returns:
+        The chosen encoded point, shape ``(D,)``.
+    """
+    n_candidates, n_refinements = search_budget(n_observations, n_candidates, n_refinements)
+    # Local candidates around the best trials, where an improvement most likely is.
+    centres = incumbents[rng.integers(len(incumbents), size=max(n_candidates // 8, 1))]
+    local = centres + rng.standard_normal(centres.shape) * gp.params.lengthscales
+    point, _ = maximize(
+        acquisition,
+        encoding,
+        rng,
+        n_candidates=n_candidates,
+        n_refinements=n_refinements,
+        extra_candidates=np.clip(np.vstack([incumbents[:1], local]), 0.0, 1.0),
+        max_iterations=ACQUISITION_MAX_ITERATIONS,
+        scales=gp.params.lengthscales,
+    )
+    return point
 
 
 def thompson_candidate(

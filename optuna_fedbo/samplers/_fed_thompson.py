@@ -25,6 +25,9 @@ from optuna_fedbo.core.acquisition import LinearAcquisition
 from optuna_fedbo.core.acquisition import maximize
 from optuna_fedbo.core.acquisition import RegionwiseLinear
 from optuna_fedbo.core.acquisition import ScaledFunction
+from optuna_fedbo.core.acquisition import search_budget
+from optuna_fedbo.core.gp import GPFitState
+from optuna_fedbo.core.gp import update_gp
 from optuna_fedbo.core.local_model import normalization
 from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.posterior import SufficientStatistics
@@ -55,8 +58,6 @@ MODE_ATTR = "fedbo:mode"
 BROADCAST_ROUND_ATTR = "fedbo:broadcast_round"
 
 _OWN_DIGESTS_KEPT = 4
-#: Most observations the local GP is fitted to (the cost per trial stays bounded).
-_MAX_GP_POINTS = 256
 
 #: How each sampling mode counts in :attr:`FedSampler.counts`.
 _KIND = {
@@ -181,8 +182,7 @@ class FedThompsonSampler(FedSampler):
             256, np.random.default_rng([federation.seed, 2])
         )
         # The last GP fit's kernel parameters (a warm start) and its number of observations.
-        self._gp_params: Any = None
-        self._gp_count = 0
+        self._gp_fit: GPFitState | None = None
         self._outside = RFFThompsonSampler(
             n_features=fts.n_features,
             lengthscale="auto" if fts.lengthscale is None else fts.lengthscale,
@@ -357,17 +357,22 @@ class FedThompsonSampler(FedSampler):
     def _maximize(
         self, function: AcquisitionFunction, extra: np.ndarray | None = None
     ) -> np.ndarray:
+        n_candidates, n_refinements = search_budget(
+            len(self._observations.targets), self._n_candidates, self._n_refinements
+        )
         point, _ = maximize(
             function,
             self._encoder.encoding,
             self._rng,
-            n_candidates=self._n_candidates,
-            n_refinements=self._n_refinements,
+            n_candidates=n_candidates,
+            n_refinements=n_refinements,
             extra_candidates=extra,
         )
         return point
 
-    def _broadcast_function(self, broadcast: Broadcast) -> AcquisitionFunction | None:
+    def _broadcast_function(
+        self, broadcast: Broadcast
+    ) -> LinearAcquisition | RegionwiseLinear | None:
         """``g(x)``, the function a broadcast describes (``None`` if it offers nothing usable)."""
         vectors = broadcast.vectors
         if vectors.shape[1] != self._fts.n_features:
@@ -396,19 +401,18 @@ class FedThompsonSampler(FedSampler):
         participant's own values, near zero where it does not, so a useless or misleading
         broadcast leaves the plain local GP.
         """
-        from optuna_fedbo.core.gp import fit_gp
-        from optuna_fedbo.core.gp import GaussianProcess
-        from optuna_fedbo.core.gp import subset_indices
         from optuna_fedbo.core.gp_acquisition import LogExpectedImprovement
+        from optuna_fedbo.core.gp_acquisition import maximize_on_gp
 
         broadcast = self._usable_broadcast()
         function = None if broadcast is None else self._broadcast_function(broadcast)
         with self._lock:
             posterior = self._posterior()
             points = self._observations.points.copy()
+            features = self._observations.features.copy()
             mean, std = self._normalization()
             values = (self._observations.targets - mean) / std
-            warm, last_count = self._gp_params, self._gp_count
+            last_fit = self._gp_fit
         prior_values = prior_function = None
         if function is not None:
             assert broadcast is not None
@@ -417,10 +421,10 @@ class FedThompsonSampler(FedSampler):
             # however many participants it averages (which shrinks it) and however noisy.
             reference = function.values(self._reference)
             shift, spread = float(reference.mean()), max(float(reference.std()), 1e-12)
-            at_points = (function.values(points) - shift) / spread
+            at_points = (function.values(points, features=features) - shift) / spread
             weight, _, _ = prior_weight(
                 posterior,
-                self._features(points).T @ at_points,
+                features.T @ at_points,
                 float(at_points @ at_points),
                 float(at_points @ values),
             )
@@ -429,30 +433,19 @@ class FedThompsonSampler(FedSampler):
             self._record(study, trial, "transfer", broadcast.round)
         else:
             self._record(study, trial, "fallback")
-        n = len(values)
         with one_blas_thread():
-            # Beyond _MAX_GP_POINTS the GP sees the best half and a random rest; beyond 100
-            # observations its hyperparameters are refitted only after 10% growth.
-            kept = subset_indices(values, _MAX_GP_POINTS, self._rng)
-            x, y = points[kept], values[kept]
-            prior = None if prior_values is None else prior_values[kept]
-            if warm is not None and 100 <= n < 1.1 * last_count:
-                gp = GaussianProcess(x, y, warm, prior_mean=prior)
-            else:
-                gp = fit_gp(
-                    x,
-                    y,
-                    prior_mean=prior,
-                    warm_start=warm,
-                    rng=self._rng,
-                    n_restarts=0 if warm is not None else 1,
-                    n_start_candidates=2 if warm is not None else 6,
-                )
-                with self._lock:
-                    self._gp_params, self._gp_count = gp.params, n
-            top = points[np.argsort(-values, kind="stable")[:5]]
-            point = self._maximize(
-                LogExpectedImprovement(gp, float(values.max()), prior_function), top
+            gp, fit = update_gp(points, values, last_fit, self._rng, prior_mean=prior_values)
+            with self._lock:
+                self._gp_fit = fit
+            point = maximize_on_gp(
+                LogExpectedImprovement(gp, float(values.max()), prior_function),
+                gp,
+                self._encoder.encoding,
+                self._rng,
+                points[np.argsort(-values, kind="stable")[:5]],
+                n_observations=len(values),
+                n_candidates=self._n_candidates,
+                n_refinements=self._n_refinements,
             )
         return self._encoder.decode(point)
 

@@ -43,8 +43,10 @@ class TrialObservations:
         self.statistics = [SufficientStatistics(f.n_features) for f in self.feature_maps]
         self.best_point: np.ndarray | None = None
         self.best_value = -math.inf
-        #: Encoded points and oriented values of the modelled trials, in the order added.
+        #: Encoded points and oriented values of the modelled trials, in the order added, and
+        #: the points' features under the first feature map (computed once per trial).
         self.points = np.zeros((0, encoder.n_columns))
+        self.features = np.zeros((0, self.feature_maps[0].n_features))
         self.targets = np.zeros(0)
         self._seen: set[int] = set()
         self._study_key: tuple[int, int] | None = None
@@ -70,6 +72,7 @@ class TrialObservations:
         self.statistics = [SufficientStatistics(f.n_features) for f in self.feature_maps]
         self.best_point, self.best_value = None, -math.inf
         self.points = np.zeros((0, self.encoder.n_columns))
+        self.features = np.zeros((0, self.feature_maps[0].n_features))
         self.targets = np.zeros(0)
         self._seen = set()
         self._study_key = key
@@ -81,9 +84,11 @@ class TrialObservations:
         sign = 1.0 if direction == StudyDirection.MAXIMIZE else -1.0
         targets = sign * np.array([t.value for t in usable], dtype=float)
         points = self.encoder.encode([t.params for t in usable])
+        phi = self.feature_maps[0](points)
         for features, statistics in zip(self.feature_maps, self.statistics):
-            statistics.add(features(points), targets)
+            statistics.add(phi if features is self.feature_maps[0] else features(points), targets)
         self.points = np.vstack([self.points, points])
+        self.features = np.vstack([self.features, phi])
         self.targets = np.concatenate([self.targets, targets])
         best = int(np.argmax(targets))
         if targets[best] > self.best_value:
