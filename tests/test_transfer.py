@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.linalg
 
+from optuna_fedbo.core.gp import GaussianProcess
+from optuna_fedbo.core.gp import KernelParams
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.core.rff import mixture_kernel
 from optuna_fedbo.core.rff import RandomFourierFeatures
 from optuna_fedbo.core.rff import scale_window
 from optuna_fedbo.core.rff import se_kernel
 from optuna_fedbo.core.transfer import prior_weight
+from optuna_fedbo.core.transfer import ranking_weight
 
 
 def test_mixture_kernel_is_the_average_of_se_kernels() -> None:
@@ -113,3 +117,36 @@ def test_prior_weight_follows_the_data(seed: int) -> None:
             assert mean == pytest.approx(1.0, abs=0.1)
         else:
             assert abs(mean) < min(3 * np.sqrt(variance), 0.5)
+
+
+def test_leave_one_out_matches_refitting_without_each_point() -> None:
+    rng = np.random.default_rng(3)
+    X = rng.uniform(size=(12, 2))
+    y = np.sin(5.0 * X[:, 0]) + X[:, 1] ** 2
+    params = KernelParams(np.array([0.4, 0.6]), 1.3, 1e-2)
+    gp = GaussianProcess(X, y, params)
+    mean, std = gp.leave_one_out()
+    for i in range(len(y)):
+        rest = np.arange(len(y)) != i
+        # The same standardization as the full fit, so the hyperparameters mean the same.
+        reduced = GaussianProcess(X[rest], y[rest], params)
+        reduced.offset, reduced.scale = gp.offset, gp.scale
+        reduced._targets = (y[rest] - gp.offset) / gp.scale
+        reduced._alpha = scipy.linalg.cho_solve((reduced._cholesky, True), reduced._targets)
+        expected_mean, expected_std = reduced.predict(X[i : i + 1])
+        noise_std = gp.scale * np.sqrt(params.noise_variance)
+        assert mean[i] == pytest.approx(expected_mean[0], rel=1e-6, abs=1e-9)
+        assert std[i] == pytest.approx(np.hypot(expected_std[0], noise_std), rel=1e-6)
+
+
+def test_ranking_weight_trusts_a_prior_that_ranks_better_than_the_own_model() -> None:
+    rng = np.random.default_rng(0)
+    y = np.arange(8.0)
+    vague = (np.zeros(8), np.full(8, 10.0))  # the own model knows nothing yet
+    sharp = (y.copy(), np.full(8, 1e-3))  # the own model ranks perfectly
+    assert ranking_weight(y, *vague, y, rng) > 0.99
+    assert ranking_weight(-y, *vague, y, rng) < 0.01  # a prior that ranks backwards
+    assert ranking_weight(y, *sharp, y, rng) == pytest.approx(0.5)  # a tie: one half
+    assert ranking_weight(rng.permutation(y), *sharp, y, rng) == 0.0
+    assert ranking_weight(np.zeros(8), *sharp, y, rng) == 0.0  # a constant ties every pair
+    assert ranking_weight(-y[:2], np.zeros(2), np.ones(2), y[:2], rng) == 1.0  # < 3 points

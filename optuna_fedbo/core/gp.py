@@ -257,6 +257,26 @@ class GaussianProcess:
             raise ValueError(f"prior_mean must be {len(X)} finite values.")
         return prior
 
+    def leave_one_out(self) -> tuple[np.ndarray, np.ndarray]:
+        """Leave-one-out predictions of the observations, in closed form.
+
+        ``y_i`` predicted from the other observations (same hyperparameters):
+        ``mean_i = y_i - [K^-1 r]_i / [K^-1]_ii`` and ``var_i = 1 / [K^-1]_ii`` on the
+        standardized residuals ``r``, mapped back to the units of ``y``.
+
+        Returns:
+            ``(mean, std)`` of shape ``(n,)`` each; ``std`` includes the observation noise.
+        """
+        import scipy.linalg
+
+        with one_blas_thread():
+            inverse = scipy.linalg.cho_solve(
+                (self._cholesky, True), np.eye(self.n_observations), check_finite=False
+            )
+        precision = np.maximum(np.diag(inverse), 1e-300)
+        mean = self.y - self.scale * self._alpha / precision
+        return mean, self.scale / np.sqrt(precision)
+
     def log_marginal_likelihood(self) -> float:
         """``log p(y | X, params)`` of the residuals ``y - m(X)`` in the units of ``y``."""
         n = self.n_observations

@@ -14,8 +14,14 @@ guides the search; where it does not, the data pull ``c`` to zero and the model 
 local one. The broadcast enters only as a fixed function, so using a differentially private
 release this way is post-processing and costs no privacy.
 
-The participant then uses ``c g`` as the prior mean of its own GP (the default
-``FTSConfig.transfer="prior"``). ``g`` may be any function known at the participant's points
+The participant then uses ``w c g`` as the prior mean of its own GP (the default
+``FTSConfig.transfer="prior"``), where ``w`` (:func:`ranking_weight`) is the probability that
+``c g`` orders the participant's own observations at least as well as the participant's own GP
+does by leave-one-out prediction: the weight of RGPE (Feurer, Letham and Bakshy, "Scalable
+Meta-Learning for Bayesian Optimization using Ranking-Weighted Gaussian Process Ensembles",
+2018). Early on the own GP predicts poorly and a broadcast that ranks well keeps ``w`` near
+one; once the own data rank better than the broadcast, ``w`` falls and the participant's own
+model takes over. ``g`` may be any function known at the participant's points
 (e.g. FTS-DE's piecewise broadcast); everything is computed from ``Phi^T g``, ``g^T g``,
 ``g^T y`` and the local posterior's Cholesky factor, in ``O(M^2)`` whatever the number of
 observations.
@@ -71,3 +77,49 @@ def prior_weight(
     g_k_g = max((float(prior_square_sum) - float(u @ solved_u)) / lam, 0.0)
     precision = 1.0 / prior_variance + g_k_g
     return (prior_mean / prior_variance + g_k_y) / precision, 1.0 / precision, solved_u
+
+
+def ranking_weight(
+    prior_values: np.ndarray,
+    loo_mean: np.ndarray,
+    loo_std: np.ndarray,
+    values: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    n_samples: int = 128,
+) -> float:
+    """Probability that a prior function ranks the observations at least as well as the own GP.
+
+    The ranking loss of a model is its number of misordered pairs of observations (pairs that
+    it ties count one half). The prior function's loss is fixed; the own GP's is drawn
+    ``n_samples`` times from its leave-one-out predictive distribution. The weight is the
+    fraction of draws in which the prior's loss is lower, ties counting one half.
+
+    Args:
+        prior_values: The prior function at the observed points, shape ``(n,)``.
+        loo_mean: The own GP's leave-one-out predictive means, shape ``(n,)``.
+        loo_std: Their standard deviations, shape ``(n,)``.
+        values: The observed values, shape ``(n,)``.
+        rng: Source of randomness for the draws.
+        n_samples: Number of draws.
+
+    Returns:
+        The weight in ``[0, 1]``; one with fewer than three observations (nothing to rank).
+    """
+    values = np.asarray(values, dtype=float)
+    n = len(values)
+    if n < 3:
+        return 1.0
+    upper = np.triu_indices(n, k=1)
+    order = np.sign(values[:, None] - values[None, :])[upper]
+
+    def misordered(predictions: np.ndarray) -> np.ndarray:
+        signs = np.sign(predictions[..., :, None] - predictions[..., None, :])[
+            ..., upper[0], upper[1]
+        ]
+        return np.sum(signs * order < 0, axis=-1) + 0.5 * np.sum(signs == 0, axis=-1)
+
+    prior_loss = misordered(np.asarray(prior_values, dtype=float))
+    draws = loo_mean + loo_std * rng.standard_normal((n_samples, n))
+    own_loss = misordered(draws)
+    return float(np.mean(prior_loss < own_loss) + 0.5 * np.mean(prior_loss == own_loss))

@@ -33,6 +33,7 @@ from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.core.threads import one_blas_thread
 from optuna_fedbo.core.transfer import prior_weight
+from optuna_fedbo.core.transfer import ranking_weight
 from optuna_fedbo.federation._codec import vector_digest
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fts.messages import Broadcast
@@ -181,8 +182,10 @@ class FedThompsonSampler(FedSampler):
         self._reference = self._encoder.encoding.sample(
             256, np.random.default_rng([federation.seed, 2])
         )
-        # The last GP fit's kernel parameters (a warm start) and its number of observations.
+        # The last fits (warm starts) of the GP with the broadcast as prior mean and of the
+        # participant's own GP.
         self._gp_fit: GPFitState | None = None
+        self._own_gp_fit: GPFitState | None = None
         self._outside = RFFThompsonSampler(
             n_features=fts.n_features,
             lengthscale="auto" if fts.lengthscale is None else fts.lengthscale,
@@ -396,10 +399,13 @@ class FedThompsonSampler(FedSampler):
     def _transfer_step(self, study: Study, trial: FrozenTrial) -> dict[str, Any]:
         """Expected improvement on the local GP whose prior mean is the weighted broadcast.
 
-        The weight ``c`` of the broadcast function ``g`` is its posterior mean under the local
-        model on the shared features (prior ``c ~ N(1, 1)``): near one where ``g`` predicts the
-        participant's own values, near zero where it does not, so a useless or misleading
-        broadcast leaves the plain local GP.
+        The broadcast function ``g`` enters with weight ``w c``. ``c`` is its posterior mean
+        under the local model on the shared features (prior ``c ~ N(1, 1)``): near one where
+        ``g`` predicts the participant's own values, near zero where it does not. ``w`` is the
+        probability that ``c g`` ranks the participant's observations at least as well as the
+        participant's own GP does by leave-one-out prediction
+        (:func:`~optuna_fedbo.core.transfer.ranking_weight`): once the own data know better,
+        the broadcast fades out. A useless or misleading broadcast leaves the plain local GP.
         """
         from optuna_fedbo.core.gp_acquisition import LogExpectedImprovement
         from optuna_fedbo.core.gp_acquisition import maximize_on_gp
@@ -412,31 +418,39 @@ class FedThompsonSampler(FedSampler):
             features = self._observations.features.copy()
             mean, std = self._normalization()
             values = (self._observations.targets - mean) / std
-            last_fit = self._gp_fit
-        prior_values = prior_function = None
-        if function is not None:
-            assert broadcast is not None
-            # g standardized over the search space (a fixed reference sample), so that its
-            # weight is about one where it has the shape of the participant's normalized values,
-            # however many participants it averages (which shrinks it) and however noisy.
-            reference = function.values(self._reference)
-            shift, spread = float(reference.mean()), max(float(reference.std()), 1e-12)
-            at_points = (function.values(points, features=features) - shift) / spread
-            weight, _, _ = prior_weight(
-                posterior,
-                features.T @ at_points,
-                float(at_points @ at_points),
-                float(at_points @ values),
-            )
-            prior_values = weight * at_points
-            prior_function = ScaledFunction(function, weight / spread, -weight * shift / spread)
-            self._record(study, trial, "transfer", broadcast.round)
-        else:
-            self._record(study, trial, "fallback")
+            transfer_fit, own_fit = self._gp_fit, self._own_gp_fit
         with one_blas_thread():
-            gp, fit = update_gp(points, values, last_fit, self._rng, prior_mean=prior_values)
+            own, own_fit = update_gp(points, values, own_fit, self._rng)
+            gp, prior_function = own, None
+            if function is not None:
+                assert broadcast is not None
+                # g standardized over the search space (a fixed reference sample), so that its
+                # weight is about one where it has the shape of the participant's normalized
+                # values, however many participants it averages (which shrinks it) and however
+                # noisy.
+                reference = function.values(self._reference)
+                shift, spread = float(reference.mean()), max(float(reference.std()), 1e-12)
+                at_points = (function.values(points, features=features) - shift) / spread
+                weight, _, _ = prior_weight(
+                    posterior,
+                    features.T @ at_points,
+                    float(at_points @ at_points),
+                    float(at_points @ values),
+                )
+                loo_mean, loo_std = own.leave_one_out()
+                at_own = weight * (function.values(own.X) - shift) / spread
+                weight *= ranking_weight(at_own, loo_mean, loo_std, own.y, self._rng)
+                prior_function = ScaledFunction(
+                    function, weight / spread, -weight * shift / spread
+                )
+                gp, transfer_fit = update_gp(
+                    points, values, transfer_fit, self._rng, prior_mean=weight * at_points
+                )
+                self._record(study, trial, "transfer", broadcast.round)
+            else:
+                self._record(study, trial, "fallback")
             with self._lock:
-                self._gp_fit = fit
+                self._gp_fit, self._own_gp_fit = transfer_fit, own_fit
             point = maximize_on_gp(
                 LogExpectedImprovement(gp, float(values.max()), prior_function),
                 gp,
