@@ -27,6 +27,7 @@ from optuna_fedbo.core.acquisition import RegionwiseLinear
 from optuna_fedbo.core.acquisition import ScaledFunction
 from optuna_fedbo.core.acquisition import search_budget
 from optuna_fedbo.core.gp import GPFitState
+from optuna_fedbo.core.gp import REFIT_FROM
 from optuna_fedbo.core.gp import update_gp
 from optuna_fedbo.core.local_model import normalization
 from optuna_fedbo.core.posterior import LinearPosterior
@@ -186,6 +187,8 @@ class FedThompsonSampler(FedSampler):
         # participant's own GP.
         self._gp_fit: GPFitState | None = None
         self._own_gp_fit: GPFitState | None = None
+        # (observation count, ranking weight) of the last ranking of the broadcast.
+        self._ranking: tuple[int, float] | None = None
         self._outside = RFFThompsonSampler(
             n_features=fts.n_features,
             lengthscale="auto" if fts.lengthscale is None else fts.lengthscale,
@@ -419,10 +422,14 @@ class FedThompsonSampler(FedSampler):
             mean, std = self._normalization()
             values = (self._observations.targets - mean) / std
             transfer_fit, own_fit = self._gp_fit, self._own_gp_fit
+            ranking = self._ranking
+        n = len(values)
         with one_blas_thread():
-            own, own_fit = update_gp(points, values, own_fit, self._rng)
-            gp, prior_function = own, None
-            if function is not None:
+            if function is None:
+                gp, own_fit = update_gp(points, values, own_fit, self._rng)
+                prior_function = None
+                self._record(study, trial, "fallback")
+            else:
                 assert broadcast is not None
                 # g standardized over the search space (a fixed reference sample), so that its
                 # weight is about one where it has the shape of the participant's normalized
@@ -437,9 +444,12 @@ class FedThompsonSampler(FedSampler):
                     float(at_points @ at_points),
                     float(at_points @ values),
                 )
-                loo_mean, loo_std = own.leave_one_out()
-                at_own = weight * (function.values(own.X) - shift) / spread
-                weight *= ranking_weight(at_own, loo_mean, loo_std, own.y, self._rng)
+                # The ranking weight is recomputed as often as hyperparameters are refitted.
+                if ranking is None or not REFIT_FROM <= n < 1.1 * ranking[0]:
+                    own, own_fit = update_gp(points, values, own_fit, self._rng)
+                    at_own = weight * (function.values(own.X) - shift) / spread
+                    ranking = (n, ranking_weight(at_own, *own.leave_one_out(), own.y, self._rng))
+                weight *= ranking[1]
                 prior_function = ScaledFunction(
                     function, weight / spread, -weight * shift / spread
                 )
@@ -447,17 +457,15 @@ class FedThompsonSampler(FedSampler):
                     points, values, transfer_fit, self._rng, prior_mean=weight * at_points
                 )
                 self._record(study, trial, "transfer", broadcast.round)
-            else:
-                self._record(study, trial, "fallback")
             with self._lock:
-                self._gp_fit, self._own_gp_fit = transfer_fit, own_fit
+                self._gp_fit, self._own_gp_fit, self._ranking = transfer_fit, own_fit, ranking
             point = maximize_on_gp(
                 LogExpectedImprovement(gp, float(values.max()), prior_function),
                 gp,
                 self._encoder.encoding,
                 self._rng,
                 points[np.argsort(-values, kind="stable")[:5]],
-                n_observations=len(values),
+                n_observations=n,
                 n_candidates=self._n_candidates,
                 n_refinements=self._n_refinements,
             )
