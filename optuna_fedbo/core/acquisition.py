@@ -14,6 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
+from optuna_fedbo.core.gp import MAX_GP_POINTS
 from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.rff import RandomFourierFeatures
 from optuna_fedbo.core.space import Box
@@ -95,8 +96,9 @@ class UpperConfidenceBound:
         return mean + self._sqrt_beta * std, grads
 
 
-#: Beyond this many observations a sampler's acquisition search shrinks (:func:`search_budget`).
-LARGE_STUDY = 128
+#: Beyond this many observations (where a sampler's GP starts to model a subset) the
+#: acquisition search shrinks (:func:`search_budget`).
+LARGE_STUDY = MAX_GP_POINTS
 
 
 def search_budget(n_observations: int, n_candidates: int, n_refinements: int) -> tuple[int, int]:

@@ -111,7 +111,7 @@ class LocalGPSampler(LocalModelSampler):
         self._n_refinements = n_refinements
         self._max_points = max_points
         self._refit_growth = refit_growth
-        # (search space, observation count, hyperparameters) of the last fit: the warm start.
+        # (search space, last hyperparameter fit): the warm start.
         self._last_fit: tuple[dict[str, BaseDistribution], GPFitState] | None = None
         self._trials = _EncodedTrials()
         self._lock = threading.Lock()

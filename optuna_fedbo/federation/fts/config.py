@@ -72,8 +72,8 @@ class FTSConfig(ProtocolConfig):
             (default: at every trial, expected improvement on its own exact GP whose prior mean
             is the broadcast function weighted by how well it predicts the participant's own
             values and how well it ranks them against the participant's own GP, see
-            :mod:`optuna_fedbo.core.transfer`; a participant that joins after the first broadcast uses it from its first
-            trial) or ``"schedule"`` (the papers: with probability ``p_t`` local Thompson
+            :mod:`optuna_fedbo.core.transfer`; a participant that joins after the first
+            broadcast uses it from its first trial) or ``"schedule"`` (the papers: with probability ``p_t`` local Thompson
             sampling, else the broadcast function's maximizer).
     """
 
