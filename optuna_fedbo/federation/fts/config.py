@@ -73,8 +73,9 @@ class FTSConfig(ProtocolConfig):
             is the broadcast function weighted by how well it predicts the participant's own
             values and how well it ranks them against the participant's own GP, see
             :mod:`optuna_fedbo.core.transfer`; a participant that joins after the first
-            broadcast uses it from its first trial) or ``"schedule"`` (the papers: with probability ``p_t`` local Thompson
-            sampling, else the broadcast function's maximizer).
+            broadcast uses it from its first trial) or ``"schedule"`` (the papers: with
+            probability ``p_t`` local Thompson sampling, else the broadcast function's
+            maximizer).
     """
 
     kind: ClassVar[str] = "fts"
