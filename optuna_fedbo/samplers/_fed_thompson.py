@@ -461,9 +461,8 @@ class FedThompsonSampler(FedSampler):
             # The broadcast's own search (random candidates and the five best trials, unscaled
             # refinement), not LocalGPSampler's (maximize_on_gp, with candidates near the best
             # trials and lengthscale-scaled refinement): with the broadcast as prior mean the
-            # latter exploited too early (SVC tuning, 10 seed functions: 1.92x against 1.27x
-            # the best stock sampler's regret at 20 trials; the README's main job: 0.80x
-            # against 0.49x at 15).
+            # latter did worse (benchmarks/fts_value.py, SVC tuning, 10 seed functions: 1.92x
+            # against 1.27x the best stock sampler's regret at 20 trials).
             point = self._maximize(
                 LogExpectedImprovement(gp, float(values.max()), prior_function),
                 points[np.argsort(-values, kind="stable")[:5]],
