@@ -84,11 +84,11 @@ class TrialObservations:
         sign = 1.0 if direction == StudyDirection.MAXIMIZE else -1.0
         targets = sign * np.array([t.value for t in usable], dtype=float)
         points = self.encoder.encode([t.params for t in usable])
-        phi = self.feature_maps[0](points)
-        for features, statistics in zip(self.feature_maps, self.statistics):
-            statistics.add(phi if features is self.feature_maps[0] else features(points), targets)
+        phis = [features(points) for features in self.feature_maps]
+        for phi, statistics in zip(phis, self.statistics):
+            statistics.add(phi, targets)
         self.points = np.vstack([self.points, points])
-        self.features = np.vstack([self.features, phi])
+        self.features = np.vstack([self.features, phis[0]])
         self.targets = np.concatenate([self.targets, targets])
         best = int(np.argmax(targets))
         if targets[best] > self.best_value:
