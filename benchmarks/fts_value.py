@@ -9,7 +9,8 @@ budget of ``--trials`` trials. Side by side, on the same sites and seeds:
   default's local model without the federation) and ``local-ts`` (RFF Thompson sampling);
 * ``fts``: :class:`~optuna_fedbo.FedThompsonSampler` with the default :class:`FTSConfig`
   (multi-scale shared features, space-filling initial design, shared normalization, the
-  broadcast as a weighted prior mean of the local GP), run with
+  broadcast as a weighted prior mean of the local GP, dropped for the GP alone while it
+  orders the latest trials worse than the GP alone does), run with
   :func:`~optuna_fedbo.simulation.simulate` in lock-step rounds;
 * ``fts-v1``: the first release's default (shared lengthscale 0.2, per-participant
   standardization, 10 uniform initial points, local TS / broadcast by the ``1 - 1/t``
@@ -429,7 +430,9 @@ def overhead(n_trials: int) -> None:
 
     One participant of a two-site federation (in memory; the server closes a round after each
     of its trials), 3-D, up to ``n_trials`` trials; CPU seconds (``time.process_time``, so that
-    other processes on the machine do not count) per trial over windows of trials.
+    other processes on the machine do not count) per trial over windows of trials. The
+    participant's trial and the server's step are timed apart (in a deployment the server is
+    another process).
     """
     from optuna_fedbo import Federation
     from optuna_fedbo import FederationServer
@@ -454,15 +457,20 @@ def overhead(n_trials: int) -> None:
         else:
             sampler, server = optuna.samplers.TPESampler(seed=0), None
         study = optuna.create_study(direction="maximize", sampler=sampler)
-        times = []
+        times, server_times = [], []
         for _ in range(n_trials):
             start = time.process_time()
             study.optimize(objective, n_trials=1)
-            if server is not None:
-                server.step(force=True)
             times.append(time.process_time() - start)
-        times = np.array(times) * 1000
-        print(f"{name:12s}" + "".join(f"{times[a:b].mean():12.1f}" for a, b in windows))
+            if server is not None:
+                start = time.process_time()
+                server.step(force=True)
+                server_times.append(time.process_time() - start)
+        rows = {name: np.array(times) * 1000}
+        if server_times:  # in a deployment the server is another process
+            rows = {"fts site": rows[name], "fts server": np.array(server_times) * 1000}
+        for label, row in rows.items():
+            print(f"{label:12s}" + "".join(f"{row[a:b].mean():12.1f}" for a, b in windows))
 
 
 def main() -> None:

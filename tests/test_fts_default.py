@@ -169,6 +169,39 @@ def test_transfer_steps_are_recorded_with_their_broadcast_round() -> None:
         assert rounds == [0, 1, 2]
 
 
+def test_the_own_gp_replaces_a_broadcast_that_ordered_the_latest_trials_worse() -> None:
+    fed = _federation()
+    sampler = FedThompsonSampler(fed, "a", seed=0)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+
+    def objective(trial: optuna.Trial) -> float:
+        x, y = trial.suggest_float("x", 0, 1), trial.suggest_float("y", 0, 1)
+        return -((x - 0.8) ** 2) - (y - 0.3) ** 2
+
+    study.optimize(objective, n_trials=5)
+    FederationServer(fed).step(force=True)
+    study.optimize(objective, n_trials=3)
+    modes = [t.system_attrs["fedbo:mode"] for t in study.trials[5:]]
+    assert modes[0] == "transfer" and set(modes) <= {"transfer", "own"}
+    # Each trial's two one-step predictions were scored once it finished.
+    assert len(sampler._one_step._losses) == 3
+    # When the own GP ordered the latest trials better, it alone chooses the next point ...
+    previous = np.array([1.0, -1.0])
+    for _ in range(10):
+        sampler._one_step.record(0.0, 10.0, 0.0, previous)
+    study.optimize(objective, n_trials=1)
+    assert study.trials[-1].system_attrs["fedbo:mode"] == "own"
+    assert study.trials[-1].system_attrs["fedbo:broadcast_round"] == 0
+    # ... and the broadcast is back once it did better again.
+    for _ in range(10):
+        sampler._one_step.record(10.0, 0.0, 0.0, previous)
+    study.optimize(objective, n_trials=1)
+    assert study.trials[-1].system_attrs["fedbo:mode"] == "transfer"
+    modes = [t.system_attrs["fedbo:mode"] for t in study.trials[5:]]
+    assert sampler.counts.local == modes.count("own")
+    assert sampler.counts.federated == modes.count("transfer")
+
+
 def test_normalization_modes() -> None:
     values = np.array([1.0, 3.0, 5.0, 100.0])
     assert normalization(values, "raw", 2) == (0.0, 1.0)

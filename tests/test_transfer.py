@@ -13,6 +13,8 @@ from optuna_fedbo.core.rff import mixture_kernel
 from optuna_fedbo.core.rff import RandomFourierFeatures
 from optuna_fedbo.core.rff import scale_window
 from optuna_fedbo.core.rff import se_kernel
+from optuna_fedbo.core.transfer import misordered_fraction
+from optuna_fedbo.core.transfer import OneStepRanking
 from optuna_fedbo.core.transfer import prior_weight
 from optuna_fedbo.core.transfer import ranking_weight
 
@@ -150,3 +152,29 @@ def test_ranking_weight_trusts_a_prior_that_ranks_better_than_the_own_model() ->
     assert ranking_weight(rng.permutation(y), *sharp, y, rng) == 0.0
     assert ranking_weight(np.zeros(8), *sharp, y, rng) == 0.0  # a constant ties every pair
     assert ranking_weight(-y[:2], np.zeros(2), np.ones(2), y[:2], rng) == 1.0  # < 3 points
+
+
+def test_misordered_fraction_counts_earlier_values_on_the_wrong_side() -> None:
+    previous = np.array([0.0, 1.0, 2.0, 3.0])
+    assert misordered_fraction(2.6, 2.5, previous) == 0.0  # above 0, 1, 2 and below 3: right
+    assert misordered_fraction(0.5, 2.5, previous) == 0.5  # wrongly below 1 and 2
+    assert misordered_fraction(1.0, 2.5, previous) == pytest.approx(1.5 / 4)  # ties 1: half
+    assert misordered_fraction(10.0, -1.0, previous) == 1.0
+    # An earlier value equal to the new one orders nothing.
+    assert misordered_fraction(0.5, 2.0, previous) == pytest.approx(1 / 3)
+    assert misordered_fraction(5.0, 1.0, np.ones(3)) == 0.0
+
+
+def test_one_step_ranking_prefers_the_model_that_ordered_the_latest_values_better() -> None:
+    previous = np.arange(5.0)
+    ranking = OneStepRanking(window=3)
+    assert not ranking.own_is_better()  # nothing scored: the transfer
+    ranking.record(3.5, 3.5, 3.4, previous)  # both right: a tie favours the transfer
+    assert not ranking.own_is_better()
+    ranking.record(3.5, 0.5, 3.4, previous)  # the transfer misorders three of five
+    assert ranking.own_is_better()
+    for _ in range(3):  # the window forgets: three newer trials where the transfer was right
+        ranking.record(0.5, 3.5, 3.4, previous)
+    assert not ranking.own_is_better()
+    with pytest.raises(ValueError, match="window"):
+        OneStepRanking(window=0)

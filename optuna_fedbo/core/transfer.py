@@ -21,13 +21,24 @@ does by leave-one-out prediction: the weight of RGPE (Feurer, Letham and Bakshy,
 Meta-Learning for Bayesian Optimization using Ranking-Weighted Gaussian Process Ensembles",
 2018). Early on the own GP predicts poorly and a broadcast that ranks well keeps ``w`` near
 one; once the own data rank better than the broadcast, ``w`` falls and the participant's own
-model takes over. ``g`` may be any function known at the participant's points
-(e.g. FTS-DE's piecewise broadcast); everything is computed from ``Phi^T g``, ``g^T g``,
+model takes over.
+
+``g`` may be any function known at the participant's points (e.g. FTS-DE's piecewise
+broadcast); everything is computed from ``Phi^T g``, ``g^T g``,
 ``g^T y`` and the local posterior's Cholesky factor, in ``O(M^2)`` whatever the number of
 observations.
+
+Ranking the observations already made cannot see how the broadcast behaves *between* them,
+where the acquisition puts the next trial. :class:`OneStepRanking` scores that: before each
+trial both models (the own GP, and the GP with the broadcast as prior mean) predict the chosen
+point; once its value is known, each model's loss is the fraction of earlier observations it
+ordered the new one against wrongly. When, over the latest trials, the own GP ordered the new
+observations better, the participant uses its own GP alone.
 """
 
 from __future__ import annotations
+
+from collections import deque
 
 import numpy as np
 
@@ -127,3 +138,72 @@ def ranking_weight(
     draws = loo_mean + loo_std * rng.standard_normal((n_samples, n))
     own_loss = misordered(draws)
     return float(np.mean(prior_loss < own_loss) + 0.5 * np.mean(prior_loss == own_loss))
+
+
+def misordered_fraction(prediction: float, value: float, previous: np.ndarray) -> float:
+    """Fraction of earlier observations that a prediction of a new one orders wrongly.
+
+    A pair (new, earlier) is misordered when the prediction is on the other side of the earlier
+    value than the new value is; a prediction equal to the earlier value counts one half.
+    Earlier values equal to the new value order nothing and are left out.
+
+    Args:
+        prediction: The model's prediction of the new observation.
+        value: The new observation.
+        previous: The earlier observations, shape ``(n,)``.
+
+    Returns:
+        The fraction in ``[0, 1]``; zero when nothing can be ordered.
+    """
+    previous = np.asarray(previous, dtype=float)
+    truth = np.sign(value - previous)
+    informative = truth != 0
+    if not np.any(informative):
+        return 0.0
+    predicted = np.sign(prediction - previous[informative])
+    wrong = (predicted * truth[informative] < 0) + 0.5 * (predicted == 0)
+    return float(np.mean(wrong))
+
+
+class OneStepRanking:
+    """Which of two models, the own and the transferred, ordered the latest new trials better.
+
+    Each new observation is scored by :func:`misordered_fraction` for both models' predictions
+    of it made before it was observed (one step ahead, at the point the acquisition chose).
+    Ranking, not predictive likelihood: a likelihood rewards calibration, and the model whose
+    acquisition chose the point overestimates it there (the maximum of noisy estimates is
+    biased upwards), which a likelihood punishes even when the point was good; what the search
+    needs is the order. On ``benchmarks/fts_value.py`` (2-D, lengthscale 0.1, 10 seed
+    functions) regret at 20 trials was 0.052 with this ranking, 0.079 with the likelihood and
+    0.064 with squared errors; 0.032 without any check.
+
+    Args:
+        window: Number of latest scored observations compared.
+    """
+
+    def __init__(self, window: int = 10) -> None:
+        if window < 1:
+            raise ValueError(f"window must be positive, got {window}.")
+        self._losses: deque[tuple[float, float]] = deque(maxlen=window)
+
+    def record(
+        self,
+        own_prediction: float,
+        transfer_prediction: float,
+        value: float,
+        previous: np.ndarray,
+    ) -> None:
+        """Score both models' predictions of a new observation ``value``."""
+        self._losses.append(
+            (
+                misordered_fraction(own_prediction, value, previous),
+                misordered_fraction(transfer_prediction, value, previous),
+            )
+        )
+
+    def own_is_better(self) -> bool:
+        """Whether the own model misordered less over the window (ties favour the transfer)."""
+        if not self._losses:
+            return False
+        own, transfer = np.sum(np.asarray(self._losses), axis=0)
+        return bool(own < transfer)

@@ -33,6 +33,7 @@ from optuna_fedbo.core.local_model import normalization
 from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.core.threads import one_blas_thread
+from optuna_fedbo.core.transfer import OneStepRanking
 from optuna_fedbo.core.transfer import prior_weight
 from optuna_fedbo.core.transfer import ranking_weight
 from optuna_fedbo.federation._codec import vector_digest
@@ -53,8 +54,9 @@ _logger = optuna.logging.get_logger(__name__)
 
 #: Trial system attribute: how the trial's point was chosen ("init", "local", "federated" = the
 #: broadcast function's maximizer, "transfer" = the local GP with the broadcast as prior mean,
-#: "fallback" = local because no usable broadcast (none yet, or the federation's privacy budget
-#: is exhausted), "outside" = not the federation's space).
+#: "own" = the local GP alone because it predicted the latest trials better than the broadcast
+#: did, "fallback" = local because no usable broadcast (none yet, or the federation's privacy
+#: budget is exhausted), "outside" = not the federation's space).
 MODE_ATTR = "fedbo:mode"
 #: Trial system attribute: the broadcast round a "federated" trial used.
 BROADCAST_ROUND_ATTR = "fedbo:broadcast_round"
@@ -66,6 +68,7 @@ _KIND = {
     "init": "initial",
     "local": "local",
     "fallback": "local",
+    "own": "local",
     "outside": "local",
     "federated": "federated",
     "transfer": "federated",
@@ -86,7 +89,11 @@ class FedThompsonSampler(FedSampler):
       ``g(x) = phi(x)^T omega`` weighted by ``c``, the posterior mean of its weight given the
       participant's own values (:func:`~optuna_fedbo.core.transfer.prior_weight`): a broadcast
       that predicts them guides the search, one that does not is weighted to about zero
-      (``FTSConfig.transfer="prior"``). Without a broadcast the GP has no prior mean.
+      (``FTSConfig.transfer="prior"``). Without a broadcast the GP has no prior mean. When,
+      over the latest ten trials, the participant's GP alone ordered each new value against
+      the earlier ones better than the GP with the broadcast did (both predicting it before it
+      was observed: :class:`~optuna_fedbo.core.transfer.OneStepRanking`), the trial uses the
+      GP alone (mode ``"own"``).
 
     With ``FTSConfig.transfer="schedule"`` it follows Algorithm 2 of DP-FTS-DE instead:
 
@@ -189,6 +196,10 @@ class FedThompsonSampler(FedSampler):
         self._own_gp_fit: GPFitState | None = None
         # (observation count, ranking weight) of the last ranking of the broadcast.
         self._ranking: tuple[int, float] | None = None
+        # One-step-ahead scores of the own GP against the GP with the broadcast, and the two
+        # predictions of each running transfer trial (own, transfer, normalization, values).
+        self._one_step = OneStepRanking()
+        self._predictions: dict[int, tuple[float, float, tuple[float, float], np.ndarray]] = {}
         self._outside = RFFThompsonSampler(
             n_features=fts.n_features,
             lengthscale="auto" if fts.lengthscale is None else fts.lengthscale,
@@ -408,7 +419,9 @@ class FedThompsonSampler(FedSampler):
         probability that ``c g`` ranks the participant's observations at least as well as the
         participant's own GP does by leave-one-out prediction
         (:func:`~optuna_fedbo.core.transfer.ranking_weight`): once the own data know better,
-        the broadcast fades out. A useless or misleading broadcast leaves the plain local GP.
+        the broadcast fades out. A useless or misleading broadcast leaves the plain local GP,
+        and so does a broadcast that ordered the latest new trials worse than the own GP did
+        (:class:`~optuna_fedbo.core.transfer.OneStepRanking`).
         """
         from optuna_fedbo.core.gp_acquisition import LogExpectedImprovement
         from optuna_fedbo.core.gp_acquisition import maximize_on_gp
@@ -419,15 +432,16 @@ class FedThompsonSampler(FedSampler):
             posterior = self._posterior()
             points = self._observations.points.copy()
             features = self._observations.features.copy()
-            mean, std = self._normalization()
-            values = (self._observations.targets - mean) / std
+            location = self._normalization()
+            values = (self._observations.targets - location[0]) / location[1]
             transfer_fit, own_fit = self._gp_fit, self._own_gp_fit
             ranking = self._ranking
+            own_is_better = self._one_step.own_is_better()
         n = len(values)
         with one_blas_thread():
+            own, own_fit = update_gp(points, values, own_fit, self._rng)
+            gp, prior_function, transfer = own, None, None
             if function is None:
-                gp, own_fit = update_gp(points, values, own_fit, self._rng)
-                prior_function = None
                 self._record(study, trial, "fallback")
             else:
                 assert broadcast is not None
@@ -446,17 +460,21 @@ class FedThompsonSampler(FedSampler):
                 )
                 # The ranking weight is recomputed as often as hyperparameters are refitted.
                 if ranking is None or not REFIT_FROM <= n < 1.1 * ranking[0]:
-                    own, own_fit = update_gp(points, values, own_fit, self._rng)
                     at_own = weight * (function.values(own.X) - shift) / spread
                     ranking = (n, ranking_weight(at_own, *own.leave_one_out(), own.y, self._rng))
                 weight *= ranking[1]
-                prior_function = ScaledFunction(
+                transfer_prior = ScaledFunction(
                     function, weight / spread, -weight * shift / spread
                 )
-                gp, transfer_fit = update_gp(
+                transfer_gp, transfer_fit = update_gp(
                     points, values, transfer_fit, self._rng, prior_mean=weight * at_points
                 )
-                self._record(study, trial, "transfer", broadcast.round)
+                transfer = (transfer_gp, transfer_prior)
+                if own_is_better:
+                    self._record(study, trial, "own", broadcast.round)
+                else:
+                    gp, prior_function = transfer
+                    self._record(study, trial, "transfer", broadcast.round)
             with self._lock:
                 self._gp_fit, self._own_gp_fit, self._ranking = transfer_fit, own_fit, ranking
             # LocalGPSampler's search (candidates near the best trials, lengthscale-scaled
@@ -474,6 +492,21 @@ class FedThompsonSampler(FedSampler):
                 n_candidates=self._n_candidates,
                 n_refinements=self._n_refinements,
             )
+            if transfer is not None:
+                # Both models' predictions of the chosen point, scored once it is observed.
+                x = point[None, :]
+                own_prediction = float(own.predict(x, return_std=False)[0][0])
+                transfer_gp, transfer_prior = transfer
+                transfer_prediction = float(
+                    transfer_gp.predict(x, transfer_prior.values(x), return_std=False)[0][0]
+                )
+                with self._lock:
+                    self._predictions[trial._trial_id] = (
+                        own_prediction,
+                        transfer_prediction,
+                        location,
+                        values,
+                    )
         return self._encoder.decode(point)
 
     def _local_step(
@@ -623,6 +656,18 @@ class FedThompsonSampler(FedSampler):
         with self._lock:
             self._modes.pop(trial._trial_id, None)
             self._points.pop(trial._trial_id, None)
+            prediction = self._predictions.pop(trial._trial_id, None)
+            if (
+                prediction is not None
+                and state == TrialState.COMPLETE
+                and values is not None
+                and len(values) == 1
+                and math.isfinite(values[0])
+            ):
+                own_prediction, transfer_prediction, (mean, std), previous = prediction
+                sign = 1.0 if study.direction == StudyDirection.MAXIMIZE else -1.0
+                value = (sign * float(values[0]) - mean) / std
+                self._one_step.record(own_prediction, transfer_prediction, value, previous)
         if self.budget_exhausted:
             return  # nothing will be published any more: nothing leaves the participant
         try:
