@@ -11,9 +11,10 @@ Compared, on the same sites and seeds:
 * ``federated``: :class:`~optuna_fedbo.FedThompsonSampler` with the default
   :class:`~optuna_fedbo.FTSConfig`: a space-filling start of 5 trials per site, then each site's
   own GP with the federation's broadcast as a prior mean, weighted by how well it predicts the
-  site's own trials, and dropped while the GP alone predicts the site's new trials better. Only a random-feature vector per round leaves a site; its trials stay in its
-  own study. The federation's state (keys, uploads, broadcasts) lives in an embedded SQLite file
-  in a temporary directory, or in the storage given by ``--storage``;
+  site's own trials, and dropped while the GP alone predicts the site's new trials better. Only
+  a random-feature vector per round leaves a site; its trials stay in its own study. The
+  federation's state (keys, uploads, broadcasts) lives in an embedded SQLite file in a temporary
+  directory, or in the storage given by ``--storage``;
 * each site alone with Optuna's stock samplers: ``TPE``, ``random``, ``QMC``, ``CMA-ES`` and
   ``GP`` (:class:`optuna.samplers.GPSampler`, when torch is installed), and with the default's
   local model alone (``local GP``).
