@@ -174,7 +174,7 @@ class OneStepRanking:
     acquisition chose the point overestimates it there (the maximum of noisy estimates is
     biased upwards), which a likelihood punishes even when the point was good; what the search
     needs is the order. On ``benchmarks/fts_value.py`` (2-D, lengthscale 0.1, 10 seed
-    functions) regret at 20 trials was 0.052 with this ranking, 0.079 with the likelihood and
+    functions) regret at 20 trials was 0.050 with this ranking, 0.079 with the likelihood and
     0.064 with squared errors; 0.032 without any check.
 
     Args:
