@@ -657,21 +657,17 @@ class FedThompsonSampler(FedSampler):
             self._modes.pop(trial._trial_id, None)
             self._points.pop(trial._trial_id, None)
             prediction = self._predictions.pop(trial._trial_id, None)
-            if (
-                prediction is not None
-                and state == TrialState.COMPLETE
-                and values is not None
-                and len(values) == 1
-                and math.isfinite(values[0])
-            ):
-                own_prediction, transfer_prediction, (mean, std), previous = prediction
-                sign = 1.0 if study.direction == StudyDirection.MAXIMIZE else -1.0
-                value = (sign * float(values[0]) - mean) / std
-                self._one_step.record(own_prediction, transfer_prediction, value, previous)
+        value = _finished_value(study, state, values)
+        if prediction is not None and value is not None:
+            own_prediction, transfer_prediction, (mean, std), previous = prediction
+            with self._lock:
+                self._one_step.record(
+                    own_prediction, transfer_prediction, (value - mean) / std, previous
+                )
         if self.budget_exhausted:
             return  # nothing will be published any more: nothing leaves the participant
         try:
-            self._upload(study, trial, state, values)
+            self._upload(study, trial, value)
         except Exception:
             if self.budget_exhausted:  # exhausted while uploading
                 return
@@ -681,30 +677,17 @@ class FedThompsonSampler(FedSampler):
                 exc_info=True,
             )
 
-    def _upload(
-        self,
-        study: Study,
-        trial: FrozenTrial,
-        state: TrialState,
-        values: Sequence[float] | None,
-    ) -> None:
+    def _upload(self, study: Study, trial: FrozenTrial, value: float | None) -> None:
+        """Upload the posterior given the stored trials and the finished one's ``value``."""
         with self._lock:
             self._observations.update(study)
             statistics = self._observations.statistics[0]
             extra = None
-            usable = (
-                state == TrialState.COMPLETE
-                and values is not None
-                and len(values) == 1
-                and math.isfinite(values[0])
-                and self._encoder.contains(trial.params)
-            )
-            if usable:
+            if value is not None and self._encoder.contains(trial.params):
                 # after_trial runs before the trial is stored as complete: add it by hand.
                 statistics = _copy_statistics(statistics)
-                sign = 1.0 if study.direction == StudyDirection.MAXIMIZE else -1.0
                 point = self._encoder.encode([trial.params])
-                extra = sign * float(values[0])
+                extra = value
                 statistics.add(self._features(point), np.array([extra]))
             n_observations = statistics.count
             if n_observations == 0:
@@ -776,3 +759,14 @@ def _copy_statistics(statistics: SufficientStatistics) -> SufficientStatistics:
     duplicate.feature_sum = statistics.feature_sum.copy()
     duplicate.feature_target = statistics.feature_target.copy()
     return duplicate
+
+
+def _finished_value(
+    study: Study, state: TrialState, values: Sequence[float] | None
+) -> float | None:
+    """A finished trial's value oriented for maximization (``None`` unless complete and finite)."""
+    if state != TrialState.COMPLETE or values is None or len(values) != 1:
+        return None
+    if not math.isfinite(values[0]):
+        return None
+    return (1.0 if study.direction == StudyDirection.MAXIMIZE else -1.0) * float(values[0])
