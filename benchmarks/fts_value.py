@@ -426,14 +426,28 @@ def feature_options(
 
 
 def overhead(n_trials: int) -> None:
-    """CPU time per trial of the default participant (and local GP, TPE) on a cheap objective.
+    """Time per trial of the default participant (and local GP, TPE) on a cheap objective.
 
     One participant of a two-site federation (in memory; the server closes a round after each
-    of its trials), 3-D, up to ``n_trials`` trials; CPU seconds (``time.process_time``, so that
-    other processes on the machine do not count) per trial over windows of trials. The
-    participant's trial and the server's step are timed apart (in a deployment the server is
-    another process).
+    of its trials), 3-D, up to ``n_trials`` trials; CPU milliseconds (``time.process_time``)
+    per trial over windows of trials, and the wall time of the last window. The participant's
+    trial and the server's step are timed apart (in a deployment the server is another
+    process). Run twice: on an idle machine and beside one other busy process.
     """
+    import subprocess
+    import sys
+
+    for busy in (False, True):
+        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
+        try:
+            _overhead_table(n_trials, "one other busy process" if busy else "idle")
+        finally:
+            if hog is not None:
+                hog.kill()
+                hog.wait()
+
+
+def _overhead_table(n_trials: int, condition: str) -> None:
     from optuna_fedbo import Federation
     from optuna_fedbo import FederationServer
     from optuna_fedbo import FedThompsonSampler
@@ -445,8 +459,12 @@ def overhead(n_trials: int) -> None:
         return float(-np.sum((x - 0.3) ** 2) + 0.1 * np.sin(20 * x).sum())
 
     windows = [(0, 100), (n_trials // 2 - 50, n_trials // 2 + 50), (n_trials - 100, n_trials)]
-    print(f"\n## overhead: CPU ms per trial, 3-D, {n_trials} trials")
-    print(f"{'sampler':12s}" + "".join(f"{f'{a + 1}-{b}':>12s}" for a, b in windows))
+    print(f"\n## overhead: ms per trial, 3-D, {n_trials} trials, {condition}")
+    print(
+        f"{'sampler':12s}"
+        + "".join(f"{f'CPU {a + 1}-{b}':>14s}" for a, b in windows)
+        + f"{f'wall {windows[-1][0] + 1}-{n_trials}':>15s}"
+    )
     for name in ("fts", "local-gp", "tpe"):
         if name == "fts":
             fed = Federation.create(f"overhead-{time.time_ns()}", search_space=space, n_clients=2)
@@ -457,20 +475,26 @@ def overhead(n_trials: int) -> None:
         else:
             sampler, server = optuna.samplers.TPESampler(seed=0), None
         study = optuna.create_study(direction="maximize", sampler=sampler)
-        times, server_times = [], []
+        times: dict[str, list[tuple[float, float]]] = {"site": [], "server": []}
         for _ in range(n_trials):
-            start = time.process_time()
+            start = (time.process_time(), time.perf_counter())
             study.optimize(objective, n_trials=1)
-            times.append(time.process_time() - start)
+            times["site"].append((time.process_time() - start[0], time.perf_counter() - start[1]))
             if server is not None:
-                start = time.process_time()
+                start = (time.process_time(), time.perf_counter())
                 server.step(force=True)
-                server_times.append(time.process_time() - start)
-        rows = {name: np.array(times) * 1000}
-        if server_times:  # in a deployment the server is another process
-            rows = {"fts site": rows[name], "fts server": np.array(server_times) * 1000}
+                times["server"].append(
+                    (time.process_time() - start[0], time.perf_counter() - start[1])
+                )
+        rows = {name: np.array(times["site"]) * 1000}
+        if server is not None:  # in a deployment the server is another process
+            rows = {"fts site": rows[name], "fts server": np.array(times["server"]) * 1000}
         for label, row in rows.items():
-            print(f"{label:12s}" + "".join(f"{row[a:b].mean():12.1f}" for a, b in windows))
+            print(
+                f"{label:12s}"
+                + "".join(f"{row[a:b, 0].mean():14.1f}" for a, b in windows)
+                + f"{row[windows[-1][0] :, 1].mean():15.1f}"
+            )
 
 
 def main() -> None:

@@ -44,6 +44,58 @@ def test_refinement_improves_on_candidates_alone() -> None:
     assert np.mean(gains) > 0
 
 
+def test_zoom_climbs_about_as_high_as_refinement_from_the_best_candidate() -> None:
+    features = RandomFourierFeatures(2, 100, 0.2, seed=0)
+    encoding = UnitCubeEncoding([Dimension("float", 0, 1)] * 2)
+    shortfalls = []
+    for seed in range(10):
+        acquisition = LinearAcquisition(features, np.random.default_rng(seed).standard_normal(100))
+        values = [
+            maximize(
+                acquisition, encoding, np.random.default_rng(seed), n_candidates=64, **search
+            )[1]
+            for search in (
+                {"n_refinements": 0},
+                {"n_refinements": 1},
+                {"n_refinements": 0, "n_zoom": 64},
+            )
+        ]
+        coarse, refined, zoomed = values
+        assert zoomed > coarse
+        shortfalls.append(refined - zoomed)
+    # The same local maximum (the function's range is about 4).
+    assert np.median(shortfalls) < 1e-3 and max(shortfalls) < 0.03
+
+
+def test_zoom_stays_in_the_box_on_the_grid_and_holds_categories() -> None:
+    features = RandomFourierFeatures(4, 60, 0.2, seed=1)
+    encoding = UnitCubeEncoding(
+        [
+            Dimension("float", 0, 1),
+            Dimension("int", 0, 10, step=1),
+            Dimension("categorical", n_choices=2),
+        ]
+    )
+    box = Box(np.array([0.5, 0.0, 0.0, 0.0]), np.array([0.75, 1.0, 1.0, 1.0]))
+    for seed in range(5):
+        acquisition = LinearAcquisition(features, np.random.default_rng(seed).standard_normal(60))
+        coarse, _ = maximize(
+            acquisition, encoding, np.random.default_rng(seed), box=box, n_refinements=0
+        )
+        point, _ = maximize(
+            acquisition,
+            encoding,
+            np.random.default_rng(seed),
+            box=box,
+            n_refinements=0,
+            n_zoom=32,
+            scales=np.full(4, 10.0),  # spreads of 1 and 0.1: many draws leave the box
+        )
+        assert 0.5 <= point[0] <= 0.75
+        np.testing.assert_array_equal(point, encoding.snap(point[None])[0])
+        np.testing.assert_array_equal(point[2:], coarse[2:])
+
+
 def test_maximize_stays_in_the_box_and_on_the_grid() -> None:
     features = RandomFourierFeatures(4, 60, 0.2, seed=1)
     encoding = UnitCubeEncoding(

@@ -287,10 +287,11 @@ def test_update_gp_refits_early_then_only_after_growth_and_caps_the_points() -> 
 
 
 def test_the_search_budget_shrinks_only_in_large_studies() -> None:
-    assert search_budget(LARGE_STUDY, 1024, 8) == (1024, 8)
-    assert search_budget(LARGE_STUDY + 1, 1024, 8) == (256, 2)
-    assert search_budget(1000, 100, 1) == (64, 1)
-    assert search_budget(1000, 16, 0) == (16, 0)
+    assert search_budget(LARGE_STUDY, 1024, 8) == (1024, 8, 0)
+    # Beyond: an eighth of the candidates (at least 64), a zoom instead of L-BFGS-B.
+    assert search_budget(LARGE_STUDY + 1, 1024, 8) == (128, 0, 64)
+    assert search_budget(1000, 100, 1) == (64, 0, 64)
+    assert search_budget(1000, 16, 0) == (16, 0, 0)
 
 
 _BLAS_THREADS_CHECK = """

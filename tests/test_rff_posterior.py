@@ -49,6 +49,12 @@ def test_gradient_matches_finite_differences() -> None:
         axis=1,
     )
     np.testing.assert_allclose(grads, numeric, atol=1e-7)
+    np.testing.assert_allclose(grads, np.einsum("nmd,m->nd", features.jacobian(x), w))
+    # One weight vector per point (FTS-DE's sub-region vectors).
+    per_point = rng.standard_normal((4, 50))
+    values, grads = features.value_and_grad(x, per_point)
+    np.testing.assert_allclose(values, np.einsum("nm,nm->n", features(x), per_point))
+    np.testing.assert_allclose(grads, np.einsum("nmd,nm->nd", features.jacobian(x), per_point))
 
 
 def _explicit_posterior(phi: np.ndarray, y: np.ndarray, lam: float):

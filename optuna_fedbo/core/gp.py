@@ -56,14 +56,38 @@ def lengthscale_prior_median(n_columns: int) -> float:
 
 def matern52(squared_distance: np.ndarray) -> np.ndarray:
     """Matern-5/2 correlation as a function of the squared scaled distance ``r^2``."""
-    r = np.sqrt(5.0 * squared_distance)
-    return (1.0 + r + (5.0 / 3.0) * squared_distance) * np.exp(-r)
+    # In place, three arrays instead of eight: at 300 x 128 points the temporaries, not the
+    # arithmetic, took most of the time (0.5 against 0.1 ms).
+    r = np.multiply(squared_distance, 5.0)
+    np.sqrt(r, out=r)
+    decay = np.negative(r)
+    np.exp(decay, out=decay)
+    r += 1.0
+    r += (5.0 / 3.0) * squared_distance
+    r *= decay
+    return r
 
 
 def _matern52_derivative(squared_distance: np.ndarray) -> np.ndarray:
     """``d Matern52 / d(r^2)`` (finite at ``r = 0``: ``-5/6``)."""
     r = np.sqrt(5.0 * squared_distance)
     return (-5.0 / 6.0) * (1.0 + r) * np.exp(-r)
+
+
+def squared_distances(
+    a: np.ndarray, b: np.ndarray, b_norms: np.ndarray | None = None
+) -> np.ndarray:
+    """Squared Euclidean distances, shape ``(len(a), len(b))``, without an ``(n, m, D)`` tensor.
+
+    ``|a - b|^2 = |a|^2 + |b|^2 - 2 a.b`` (clipped at zero against rounding); ``b_norms``:
+    ``|b|^2`` if already computed.
+    """
+    b_norms = np.sum(b * b, axis=1) if b_norms is None else b_norms
+    sq = a @ b.T
+    sq *= -2.0
+    sq += np.sum(a * a, axis=1)[:, None]
+    sq += b_norms[None, :]
+    return np.maximum(sq, 0.0, out=sq)
 
 
 def squared_differences(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -167,8 +191,9 @@ class GaussianProcess:
 
     def _kernel(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         scaled = 1.0 / self.params.lengthscales
-        sq = squared_differences(a * scaled, b * scaled).sum(axis=-1)
-        return self.params.signal_variance * matern52(sq)
+        correlation = matern52(squared_distances(a * scaled, b * scaled))
+        correlation *= self.params.signal_variance
+        return correlation
 
     def kernel(self, a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
         """The kernel matrix ``k(a, b)`` on standardized values (``b = a`` if omitted)."""
@@ -192,31 +217,29 @@ class GaussianProcess:
 
         X = np.atleast_2d(np.asarray(X, dtype=float))
         signal = self.params.signal_variance
-        inv_l2 = self.params.lengthscales**-2
         with one_blas_thread():
+            sq = squared_distances(
+                X / self.params.lengthscales, self._scaled_X, self._scaled_norms
+            )
+            k = matern52(sq)
+            k *= signal
+            mean = k @ self._alpha
             if not with_grads:
-                # |a - b|^2 = |a|^2 + |b|^2 - 2 a.b on scaled inputs: no (m, n, D) tensor.
-                a, b = X / self.params.lengthscales, self._scaled_X
-                sq = np.maximum(
-                    np.sum(a * a, axis=1)[:, None] + self._scaled_norms[None, :] - 2.0 * a @ b.T,
-                    0.0,
-                )
-                k = signal * matern52(sq)
                 half = scipy.linalg.solve_triangular(
                     self._cholesky, k.T, lower=True, check_finite=False
                 )
-                variance = np.maximum(signal - np.sum(half * half, axis=0), 0.0)
-                return k @ self._alpha, variance, None, None
-            diff = X[:, None, :] - self.X[None, :, :]
-            sq = (diff * diff) @ inv_l2
-            k = signal * matern52(sq)
-            mean = k @ self._alpha
+                variance = np.maximum(signal - np.einsum("nm,nm->m", half, half), 0.0)
+                return mean, variance, None, None
             solved = scipy.linalg.cho_solve((self._cholesky, True), k.T, check_finite=False).T
-            variance = np.maximum(signal - np.sum(k * solved, axis=1), 0.0)
-            # d k(x, x_i) / dx = sigma_f^2 Matern52'(r^2) 2 (x - x_i) / l^2.
+            variance = np.maximum(signal - np.einsum("mn,mn->m", k, solved), 0.0)
+            # d k(x, x_i) / dx = sigma_f^2 Matern52'(r^2) 2 (x - x_i) / l^2, and
+            # sum_i a_i (x - x_i) = x sum_i a_i - a^T X: no (m, n, D) tensor.
             dk = (2.0 * signal) * _matern52_derivative(sq)
-            mean_grad = np.einsum("mn,mnd->md", dk * self._alpha, diff) * inv_l2
-            variance_grad = -2.0 * np.einsum("mn,mnd->md", dk * solved, diff) * inv_l2
+            inv_l2 = self.params.lengthscales**-2
+            mean_weights = dk * self._alpha
+            mean_grad = (X * mean_weights.sum(axis=1)[:, None] - mean_weights @ self.X) * inv_l2
+            dk *= solved
+            variance_grad = (dk @ self.X - X * dk.sum(axis=1)[:, None]) * (2.0 * inv_l2)
         return mean, variance, mean_grad, variance_grad
 
     def predict(

@@ -177,7 +177,7 @@ def maximize_on_gp(
     n_refinements: int = 8,
 ) -> np.ndarray:
     """Maximize an acquisition of a GP: random candidates, candidates near the incumbents,
-    then L-BFGS-B in lengthscale-scaled coordinates.
+    then L-BFGS-B in lengthscale-scaled coordinates (a zoom in large studies).
 
     Args:
         acquisition: The acquisition (LogEI, UCB) of ``gp``.
@@ -193,16 +193,17 @@ def maximize_on_gp(
     Returns:
         The chosen encoded point, shape ``(D,)``.
     """
-    n_candidates, n_refinements = search_budget(n_observations, n_candidates, n_refinements)
+    budget = search_budget(n_observations, n_candidates, n_refinements)
     # Local candidates around the best trials, where an improvement most likely is.
-    centres = incumbents[rng.integers(len(incumbents), size=max(n_candidates // 8, 1))]
+    centres = incumbents[rng.integers(len(incumbents), size=max(budget.n_candidates // 8, 1))]
     local = centres + rng.standard_normal(centres.shape) * gp.params.lengthscales
     point, _ = maximize(
         acquisition,
         encoding,
         rng,
-        n_candidates=n_candidates,
-        n_refinements=n_refinements,
+        n_candidates=budget.n_candidates,
+        n_refinements=budget.n_refinements,
+        n_zoom=budget.n_zoom,
         extra_candidates=np.clip(np.vstack([incumbents[:1], local]), 0.0, 1.0),
         max_iterations=ACQUISITION_MAX_ITERATIONS,
         scales=gp.params.lengthscales,

@@ -164,12 +164,28 @@ class RandomFourierFeatures:
 
         Args:
             x: Points of shape ``(n, D)``.
-            w: Weight vector of shape ``(M,)``.
+            w: Weight vector of shape ``(M,)``, or one per point, shape ``(n, M)``.
 
         Returns:
             ``(values, grads)`` of shapes ``(n,)`` and ``(n, D)``.
         """
-        return self(x) @ w, np.einsum("nmd,m->nd", self.jacobian(x), w)
+        # With c = cos(z), phi = c / |c| and s = -sin(z) (so dc_j / dx = s_j f_j, f_j the
+        # j-th frequency): d(phi^T w) / dx = ((s w) F^T - (phi^T w) (s phi) F^T) / |c|,
+        # two (n, M) x (M, D) products instead of the (n, M, D) Jacobian.
+        z = self._check(x) @ self._frequencies
+        z += self.phases
+        cosines = np.cos(z)
+        norms = np.sqrt(np.einsum("nm,nm->n", cosines, cosines))
+        cosines /= norms[:, None]
+        values = np.einsum("nm,nm->n", cosines, np.broadcast_to(w, cosines.shape))
+        slopes = np.sin(z)
+        np.negative(slopes, out=slopes)
+        cosines *= slopes
+        slopes *= w
+        slopes -= values[:, None] * cosines
+        grads = slopes @ self._frequencies.T
+        grads /= norms[:, None]
+        return values, grads
 
     def _check(self, x: np.ndarray) -> np.ndarray:
         x = np.atleast_2d(np.asarray(x, dtype=float))

@@ -190,6 +190,7 @@ class FedThompsonSampler(FedSampler):
         self._reference = self._encoder.encoding.sample(
             256, np.random.default_rng([federation.seed, 2])
         )
+        self._reference_features = self._features(self._reference)
         # The last fits (warm starts) of the GP with the broadcast as prior mean and of the
         # participant's own GP.
         self._gp_fit: GPFitState | None = None
@@ -374,15 +375,16 @@ class FedThompsonSampler(FedSampler):
     def _maximize(
         self, function: AcquisitionFunction, extra: np.ndarray | None = None
     ) -> np.ndarray:
-        n_candidates, n_refinements = search_budget(
+        budget = search_budget(
             len(self._observations.targets), self._n_candidates, self._n_refinements
         )
         point, _ = maximize(
             function,
             self._encoder.encoding,
             self._rng,
-            n_candidates=n_candidates,
-            n_refinements=n_refinements,
+            n_candidates=budget.n_candidates,
+            n_refinements=budget.n_refinements,
+            n_zoom=budget.n_zoom,
             extra_candidates=extra,
         )
         return point
@@ -430,8 +432,9 @@ class FedThompsonSampler(FedSampler):
         function = None if broadcast is None else self._broadcast_function(broadcast)
         with self._lock:
             posterior = self._posterior()
-            points = self._observations.points.copy()
-            features = self._observations.features.copy()
+            # Replaced, never changed in place, as observations come in: no copies needed.
+            points = self._observations.points
+            features = self._observations.features
             location = self._normalization()
             values = (self._observations.targets - location[0]) / location[1]
             transfer_fit, own_fit = self._gp_fit, self._own_gp_fit
@@ -449,7 +452,7 @@ class FedThompsonSampler(FedSampler):
                 # weight is about one where it has the shape of the participant's normalized
                 # values, however many participants it averages (which shrinks it) and however
                 # noisy.
-                reference = function.values(self._reference)
+                reference = function.values(self._reference, features=self._reference_features)
                 shift, spread = float(reference.mean()), max(float(reference.std()), 1e-12)
                 at_points = (function.values(points, features=features) - shift) / spread
                 weight, _, _ = prior_weight(

@@ -44,7 +44,9 @@ class TrialObservations:
         self.best_point: np.ndarray | None = None
         self.best_value = -math.inf
         #: Encoded points and oriented values of the modelled trials, in the order added, and
-        #: the points' features under the first feature map (computed once per trial).
+        #: the points' features under the first feature map (computed once per trial). Each
+        #: update replaces these arrays and never writes into them, so a reference taken under
+        #: the lock stays a consistent snapshot.
         self.points = np.zeros((0, encoder.n_columns))
         self.features = np.zeros((0, self.feature_maps[0].n_features))
         self.targets = np.zeros(0)
@@ -64,7 +66,16 @@ class TrialObservations:
             key = (id(study._storage), study._study_id)
             if key != self._study_key:
                 self._reset(key)
-            new = [t for t in trials if t.number not in self._seen]
+            # Completion is final, so the trials not seen yet are the surplus over those seen;
+            # they usually finished last, so look from the end and stop once all are found.
+            n_new = len(trials) - len(self._seen)
+            new: list[FrozenTrial] = []
+            for trial in reversed(trials):
+                if len(new) == n_new:
+                    break
+                if trial.number not in self._seen:
+                    new.append(trial)
+            new.reverse()
             self._seen.update(t.number for t in new)
             self._add(new, study.direction)
 
