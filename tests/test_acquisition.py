@@ -29,45 +29,36 @@ def test_maximize_reaches_the_grid_maximum() -> None:
         assert value >= _grid_max(acquisition) - 1e-3
 
 
-def test_refinement_improves_on_candidates_alone() -> None:
+def test_refinement_and_zoom_improve_on_candidates_alone_to_the_same_maximum() -> None:
     features = RandomFourierFeatures(2, 100, 0.2, seed=0)
     encoding = UnitCubeEncoding([Dimension("float", 0, 1)] * 2)
-    gains = []
+    gains, shortfalls = [], []
     for seed in range(10):
         acquisition = LinearAcquisition(features, np.random.default_rng(seed).standard_normal(100))
-        _, coarse = maximize(
-            acquisition, encoding, np.random.default_rng(seed), n_candidates=64, n_refinements=0
-        )
-        _, fine = maximize(acquisition, encoding, np.random.default_rng(seed), n_candidates=64)
-        assert fine >= coarse
-        gains.append(fine - coarse)
-    assert np.mean(gains) > 0
-
-
-def test_zoom_climbs_about_as_high_as_refinement_from_the_best_candidate() -> None:
-    features = RandomFourierFeatures(2, 100, 0.2, seed=0)
-    encoding = UnitCubeEncoding([Dimension("float", 0, 1)] * 2)
-    shortfalls = []
-    for seed in range(10):
-        acquisition = LinearAcquisition(features, np.random.default_rng(seed).standard_normal(100))
-        values = [
+        coarse, refined, zoomed = (
             maximize(
                 acquisition, encoding, np.random.default_rng(seed), n_candidates=64, **search
             )[1]
             for search in (
                 {"n_refinements": 0},
-                {"n_refinements": 1},
+                {},
                 {"n_refinements": 0, "n_zoom": 64},
             )
-        ]
-        coarse, refined, zoomed = values
-        assert zoomed > coarse
+        )
+        assert refined >= coarse and zoomed > coarse
+        gains.append(refined - coarse)
         shortfalls.append(refined - zoomed)
-    # The same local maximum (the function's range is about 4).
+    assert np.mean(gains) > 0
+    # The zoom climbs the best candidate's hill about as high (the function's range is ~4).
     assert np.median(shortfalls) < 1e-3 and max(shortfalls) < 0.03
 
 
-def test_zoom_stays_in_the_box_on_the_grid_and_holds_categories() -> None:
+@pytest.mark.parametrize(
+    "search",
+    [{}, {"n_refinements": 0, "n_zoom": 32, "scales": np.full(4, 10.0)}],
+    ids=["refinement", "zoom"],  # the zoom's spreads of 1 and 0.1: many draws leave the box
+)
+def test_maximize_stays_in_the_box_and_on_the_grid(search: dict) -> None:
     features = RandomFourierFeatures(4, 60, 0.2, seed=1)
     encoding = UnitCubeEncoding(
         [
@@ -79,41 +70,15 @@ def test_zoom_stays_in_the_box_on_the_grid_and_holds_categories() -> None:
     box = Box(np.array([0.5, 0.0, 0.0, 0.0]), np.array([0.75, 1.0, 1.0, 1.0]))
     for seed in range(5):
         acquisition = LinearAcquisition(features, np.random.default_rng(seed).standard_normal(60))
-        coarse, _ = maximize(
-            acquisition, encoding, np.random.default_rng(seed), box=box, n_refinements=0
-        )
-        point, _ = maximize(
-            acquisition,
-            encoding,
-            np.random.default_rng(seed),
-            box=box,
-            n_refinements=0,
-            n_zoom=32,
-            scales=np.full(4, 10.0),  # spreads of 1 and 0.1: many draws leave the box
-        )
-        assert 0.5 <= point[0] <= 0.75
-        np.testing.assert_array_equal(point, encoding.snap(point[None])[0])
-        np.testing.assert_array_equal(point[2:], coarse[2:])
-
-
-def test_maximize_stays_in_the_box_and_on_the_grid() -> None:
-    features = RandomFourierFeatures(4, 60, 0.2, seed=1)
-    encoding = UnitCubeEncoding(
-        [
-            Dimension("float", 0, 1),
-            Dimension("int", 0, 10, step=1),
-            Dimension("categorical", n_choices=2),
-        ]
-    )
-    box = Box(np.array([0.5, 0.0, 0.0, 0.0]), np.array([0.75, 1.0, 1.0, 1.0]))
-    for seed in range(5):
-        w = np.random.default_rng(seed).standard_normal(60)
-        point, _ = maximize(
-            LinearAcquisition(features, w), encoding, np.random.default_rng(seed), box=box
-        )
+        point, _ = maximize(acquisition, encoding, np.random.default_rng(seed), box=box, **search)
         assert 0.5 <= point[0] <= 0.75
         np.testing.assert_array_equal(point, encoding.snap(point[None])[0])
         assert point[2:].sum() == 1.0
+        if "n_zoom" in search:  # the zoom keeps the best candidate's category
+            coarse, _ = maximize(
+                acquisition, encoding, np.random.default_rng(seed), box=box, n_refinements=0
+            )
+            np.testing.assert_array_equal(point[2:], coarse[2:])
 
 
 def test_ucb_gradient_and_values() -> None:
