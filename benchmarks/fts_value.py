@@ -477,15 +477,9 @@ def _overhead_table(n_trials: int, condition: str) -> None:
         study = optuna.create_study(direction="maximize", sampler=sampler)
         times: dict[str, list[tuple[float, float]]] = {"site": [], "server": []}
         for _ in range(n_trials):
-            start = (time.process_time(), time.perf_counter())
-            study.optimize(objective, n_trials=1)
-            times["site"].append((time.process_time() - start[0], time.perf_counter() - start[1]))
+            times["site"].append(_timed(study.optimize, objective, n_trials=1))
             if server is not None:
-                start = (time.process_time(), time.perf_counter())
-                server.step(force=True)
-                times["server"].append(
-                    (time.process_time() - start[0], time.perf_counter() - start[1])
-                )
+                times["server"].append(_timed(server.step, force=True))
         rows = {name: np.array(times["site"]) * 1000}
         if server is not None:  # in a deployment the server is another process
             rows = {"fts site": rows[name], "fts server": np.array(times["server"]) * 1000}
@@ -495,6 +489,13 @@ def _overhead_table(n_trials: int, condition: str) -> None:
                 + "".join(f"{row[a:b, 0].mean():14.1f}" for a, b in windows)
                 + f"{row[windows[-1][0] :, 1].mean():15.1f}"
             )
+
+
+def _timed(step: Callable[..., object], *args: object, **kwargs: object) -> tuple[float, float]:
+    """CPU and wall seconds of one call ``step(*args, **kwargs)``."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    step(*args, **kwargs)
+    return time.process_time() - cpu, time.perf_counter() - wall
 
 
 def main() -> None:

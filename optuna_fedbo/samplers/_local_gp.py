@@ -49,7 +49,7 @@ class LocalGPSampler(LocalModelSampler):
     sample of the rest), and beyond 128 the LogEI/UCB search scores an eighth of the candidates
     and zooms in on the best instead of refining with L-BFGS-B
     (:func:`~optuna_fedbo.core.acquisition.search_budget`); this bounds the cost per trial
-    (about 2 ms of CPU at 1,000 trials, 3-D, against 22 ms for a 256-point model with the full
+    (about 2.5 ms of CPU at 1,000 trials, 3-D, against 22 ms for a 256-point model with the full
     search).
 
     Args:
