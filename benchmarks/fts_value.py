@@ -347,19 +347,26 @@ def feature_options(
 ) -> None:
     """How good is the first broadcast with each choice of shared features?
 
-    On GP draws (lengthscales 0.02-0.5, 1-D and 2-D), ``n_sites`` near-identical sites each fit
+    On GP draws (lengthscales 0.02-0.5, in the dimensions asked for), ``n_sites`` sites each fit
     the RFF posterior to their own Latin-hypercube design of ``n_design`` points (values
     normalized by the design) and the broadcast is the average of their posterior means (the
     default's aggregation without DP). Reported: the regret of the broadcast's maximizer
     (``max f - f(argmax g)``), mean over seed functions. Features: SE with one lengthscale
-    (0.2: the first release; 0.05), and multi-scale (log-uniform 0.02-0.5) with equal prior
-    scales (the default) or with each site's scale window
-    (:func:`~optuna_fedbo.core.rff.scale_window`) and noise chosen by marginal likelihood,
-    with ``M`` = 100 and 200.
+    (0.2: the first release; 0.05), and multi-scale (log-uniform 0.02-0.5, and the default's
+    range for the dimension, :func:`~optuna_fedbo.core.rff.multiscale_range`) with equal prior
+    scales or with each site's scale window (:func:`~optuna_fedbo.core.rff.scale_window`) and
+    noise chosen by marginal likelihood, with ``M`` = 100 and 200.
+
+    Two references that no federation can use, since they pool the sites' raw trials: the best
+    design point of all sites, and the maximizer of an exact GP fitted to all of them. Where
+    even that GP's maximizer is no better than the best point, the sites' trials together do
+    not locate the optimum, whatever the shared model.
     """
+    from optuna_fedbo.core.gp import fit_gp
     from optuna_fedbo.core.local_model import normalization
     from optuna_fedbo.core.posterior import SufficientStatistics
     from optuna_fedbo.core.rff import MULTISCALE_RANGE
+    from optuna_fedbo.core.rff import multiscale_range
     from optuna_fedbo.core.rff import RandomFourierFeatures
     from optuna_fedbo.core.rff import scale_window
     from optuna_fedbo.core.space import Dimension
@@ -368,10 +375,12 @@ def feature_options(
     options = {
         "SE 0.2 (v1)": (0.2, 100, False),
         "SE 0.05": (0.05, 100, False),
-        "multi M=100 flat": (MULTISCALE_RANGE, 100, False),
+        "multi 0.02-0.5": (MULTISCALE_RANGE, 100, False),
         "multi M=100 ML": (MULTISCALE_RANGE, 100, True),
         "multi M=200 ML": (MULTISCALE_RANGE, 200, True),
+        "multi by D": (None, 100, False),
     }
+    references = ("pooled: best point", "pooled: exact GP")
     lengthscales = (0.02, 0.05, 0.1, 0.2, 0.5)
     print(
         f"\n## shared features: regret of the first broadcast's maximizer ({n_sites} sites x "
@@ -380,9 +389,9 @@ def feature_options(
     for dims in dims_list:
         print(f"D={dims}  {'option':18s}" + "".join(f"{f'l={ls}':>9s}" for ls in lengthscales))
         encoding = UnitCubeEncoding([Dimension("float", 0.0, 1.0)] * dims)
-        table = {name: [] for name in options}
+        table = {name: [] for name in (*options, *references)}
         for ls in lengthscales:
-            scores = {name: [] for name in options}
+            scores = {name: [] for name in (*options, *references)}
             for seed in range(n_seeds):
                 rng = np.random.default_rng([seed, dims, int(ls * 1000)])
                 base = RandomFunction(dims, ls, rng)
@@ -390,7 +399,17 @@ def feature_options(
                 truth = base(dense)
                 low, high = truth.min(), truth.max()
                 designs = [encoding.space_filling(n_design, rng) for _ in range(n_sites)]
+                pooled = np.concatenate(designs)
+                values = (base(pooled) - low) / (high - low)
+                values += NOISE_STD * rng.standard_normal(len(values))
+                pooled_gp = fit_gp(pooled, values, rng=rng)
+                mean_at_dense = pooled_gp.predict(dense, return_std=False)[0]
+                for name, point in zip(
+                    references, (pooled[np.argmax(base(pooled))], dense[np.argmax(mean_at_dense)])
+                ):
+                    scores[name].append((high - base(point[None])[0]) / (high - low))
                 for name, (scale, m, select) in options.items():
+                    scale = multiscale_range(dims) if scale is None else scale
                     features = RandomFourierFeatures(dims, m, scale, seed=seed)
                     windows = {
                         m: [
@@ -419,9 +438,9 @@ def feature_options(
                         mean += posterior.mean / n_sites
                     best = dense[np.argmax(features(dense) @ mean)]
                     scores[name].append((high - base(best[None])[0]) / (high - low))
-            for name in options:
+            for name in table:
                 table[name].append(np.mean(scores[name]))
-        for name in options:
+        for name in table:
             print(f"     {name:18s}" + "".join(f"{v:9.3f}" for v in table[name]))
 
 
@@ -514,6 +533,12 @@ def main() -> None:
         help="only compare the shared-feature options, in these dimensions (e.g. 1,2)",
     )
     parser.add_argument(
+        "--design",
+        type=int,
+        default=5,
+        help="with --features: design points per site (5: the first broadcast)",
+    )
+    parser.add_argument(
         "--shard",
         default="1/1",
         help="run every n-th problem only, K/N (to split the grid over processes)",
@@ -526,7 +551,11 @@ def main() -> None:
         overhead(args.overhead)
         return
     if args.features:
-        feature_options(args.seeds or 10, tuple(int(d) for d in args.features.split(",")))
+        feature_options(
+            args.seeds or 10,
+            tuple(int(d) for d in args.features.split(",")),
+            n_design=args.design,
+        )
         return
     n_seeds = args.seeds or (3 if args.quick else 10)
     n = args.sites

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import numpy as np
@@ -40,6 +41,13 @@ def test_config_round_trips_through_json_with_the_same_hash() -> None:
     assert again.hash == config.hash
     assert list(again.search_space) == list(SPACE)
     assert again.protocol == presets.fts_de()
+
+
+def test_a_configuration_stored_in_another_format_is_refused() -> None:
+    record = _config().to_dict()
+    record["format"] = 1  # multi-scale features of 0.02-0.5 in every dimension
+    with pytest.raises(ValueError, match="format 1 .*reads format 2"):
+        FederationConfig.from_json(json.dumps(record))
 
 
 @pytest.mark.parametrize(

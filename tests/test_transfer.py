@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+from optuna.distributions import CategoricalDistribution as Categorical
+from optuna.distributions import FloatDistribution
+from optuna.distributions import IntDistribution
 import pytest
 import scipy.linalg
 
@@ -10,6 +13,7 @@ from optuna_fedbo.core.gp import GaussianProcess
 from optuna_fedbo.core.gp import KernelParams
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.core.rff import mixture_kernel
+from optuna_fedbo.core.rff import multiscale_range
 from optuna_fedbo.core.rff import RandomFourierFeatures
 from optuna_fedbo.core.rff import scale_window
 from optuna_fedbo.core.rff import se_kernel
@@ -17,6 +21,7 @@ from optuna_fedbo.core.transfer import misordered_fraction
 from optuna_fedbo.core.transfer import OneStepRanking
 from optuna_fedbo.core.transfer import prior_weight
 from optuna_fedbo.core.transfer import ranking_weight
+from optuna_fedbo.federation import Federation
 
 
 def test_mixture_kernel_is_the_average_of_se_kernels() -> None:
@@ -45,6 +50,37 @@ def test_multiscale_features_approximate_the_mixture_kernel() -> None:
     # Stratified log-uniform lengthscales: one per slice of [log 0.02, log 0.5].
     slices = np.log(features.lengthscales / 0.02) / np.log(25.0) * 1000
     np.testing.assert_array_equal(np.floor(slices), np.arange(1000))
+
+
+def test_multiscale_range_is_full_in_one_and_two_dimensions_and_narrows_beyond() -> None:
+    assert multiscale_range(1) == multiscale_range(2) == (0.02, 0.5)
+    assert multiscale_range(3) == pytest.approx((0.02 * 2.15**2, 0.5))
+    assert multiscale_range(4) == pytest.approx((0.02 * 2.15**3, 0.5))
+    assert multiscale_range(5) == multiscale_range(12) == (0.25, 0.5)  # at most half the top
+
+
+@pytest.mark.parametrize(
+    ("space", "low"),
+    [
+        ({f"x{i}": FloatDistribution(0, 1) for i in range(2)}, 0.02),
+        ({f"x{i}": FloatDistribution(0, 1) for i in range(4)}, 0.02 * 2.15**3),
+        # Three parameters, one of them categorical (four encoded columns): 3-D.
+        (
+            {
+                "a": FloatDistribution(0, 1),
+                "b": IntDistribution(1, 9),
+                "c": Categorical(("u", "v")),
+            },
+            0.02 * 2.15**2,
+        ),
+    ],
+)
+def test_a_federation_draws_its_features_over_the_range_of_its_dimension(space, low) -> None:
+    fed = Federation.create(f"range-{len(space)}-{low:.3f}", search_space=space, n_clients=2)
+    features = fed.features()
+    assert features.unit_frequencies.shape[0] == fed.encoder.n_columns
+    assert low <= features.lengthscales.min() < 1.2 * low
+    assert 0.4 < features.lengthscales.max() <= 0.5
 
 
 def test_multiscale_gradient_matches_finite_differences() -> None:

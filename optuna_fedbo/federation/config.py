@@ -27,8 +27,12 @@ from optuna_fedbo.federation._codec import digest
 from optuna_fedbo.federation.protocol import BUILTIN_PROTOCOLS
 from optuna_fedbo.search_space import SearchSpaceEncoder
 
-#: Version of the stored configuration format.
-CONFIG_FORMAT = 1
+#: Version of the stored configuration format. Raised whenever the same stored fields would
+#: mean something else to this version (format 2: ``FTSConfig(lengthscale=None)`` features
+#: follow :func:`~optuna_fedbo.core.rff.multiscale_range`), so that participants of different
+#: versions cannot silently disagree on the shared features: a federation stored by another
+#: format is refused with an error naming both.
+CONFIG_FORMAT = 2
 
 _PROTOCOLS: dict[str, type[ProtocolConfig]] = {}
 

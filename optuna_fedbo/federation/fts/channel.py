@@ -14,7 +14,7 @@ import time
 import numpy as np
 import optuna
 
-from optuna_fedbo.core.rff import MULTISCALE_RANGE
+from optuna_fedbo.core.rff import multiscale_range
 from optuna_fedbo.core.rff import RandomFourierFeatures
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fts.config import FTSConfig
@@ -54,10 +54,13 @@ class FTSChannel:
         with self._lock:
             if self._features is None:
                 fts = self.config
+                encoding = self.federation.encoder.encoding
                 self._features = RandomFourierFeatures(
-                    self.federation.encoder.n_columns,
+                    encoding.n_columns,
                     fts.n_features,
-                    MULTISCALE_RANGE if fts.lengthscale is None else fts.lengthscale,
+                    multiscale_range(len(encoding.dimensions))
+                    if fts.lengthscale is None
+                    else fts.lengthscale,
                     seed=self.federation.seed,
                 )
             return self._features

@@ -38,8 +38,9 @@ class FTSConfig(ProtocolConfig):
         n_features: Number of random features ``M``.
         lengthscale: SE kernel lengthscale of the shared features, in unit-cube coordinates, or
             ``None`` (default) for multi-scale features: each feature's lengthscale log-uniform
-            over :data:`~optuna_fedbo.core.rff.MULTISCALE_RANGE` (0.02 to 0.5), all with the
-            same prior weight (``benchmarks/fts_value.py --features`` compares the options).
+            over :func:`~optuna_fedbo.core.rff.multiscale_range` (0.02 to 0.5 in 1-2 D, from
+            0.09 in 3-D, 0.2 in 4-D), all with the same prior weight
+            (``benchmarks/fts_value.py --features`` compares the options).
         noise_variance: Noise variance ``lambda`` of the participants' normalized values.
         n_subregions: Number ``P`` of equal-volume sub-regions for distributed exploration;
             1 disables it (modified FTS / DP-FTS).
