@@ -59,10 +59,14 @@ def test_multiscale_range_is_full_in_one_and_two_dimensions_and_narrows_beyond()
     assert multiscale_range(5) == multiscale_range(12) == (0.25, 0.5)  # at most half the top
 
 
+Fixed = FloatDistribution(0.5, 0.5)
+
+
 @pytest.mark.parametrize(
     ("space", "low"),
     [
-        ({f"x{i}": FloatDistribution(0, 1) for i in range(2)}, 0.02),
+        # Two parameters that vary and one fixed: 2-D.
+        ({"x0": FloatDistribution(0, 1), "x1": FloatDistribution(0, 1), "z": Fixed}, 0.02),
         ({f"x{i}": FloatDistribution(0, 1) for i in range(4)}, 0.02 * 2.15**3),
         # Three parameters, one of them categorical (four encoded columns): 3-D.
         (

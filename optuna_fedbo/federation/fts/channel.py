@@ -54,11 +54,12 @@ class FTSChannel:
         with self._lock:
             if self._features is None:
                 fts = self.config
-                encoding = self.federation.encoder.encoding
+                # The parameters that vary (a fixed one adds no dimension to the function).
+                n_dims = sum(not d.single() for d in self.federation.search_space.values())
                 self._features = RandomFourierFeatures(
-                    encoding.n_columns,
+                    self.federation.encoder.n_columns,
                     fts.n_features,
-                    multiscale_range(len(encoding.dimensions))
+                    multiscale_range(max(n_dims, 1))
                     if fts.lengthscale is None
                     else fts.lengthscale,
                     seed=self.federation.seed,
