@@ -178,6 +178,45 @@ def test_uploads_are_oriented_and_standardized() -> None:
     assert np.linalg.norm(best - np.array([0.7, 0.2])) < 0.35
 
 
+def test_the_upload_posterior_is_reused_only_for_the_same_observations() -> None:
+    """A trial reuses the posterior the last upload computed, never a stale one."""
+    fed = _federation(n_clients=1, n_init=2)
+    server = FederationServer(fed)
+    sampler = FedThompsonSampler(fed, "c0", seed=0)
+    calls = []
+    posterior = sampler._posterior
+
+    def spy(study: optuna.Study):
+        used = posterior(study)
+        statistics = sampler._observations.statistics[0]
+        expected = statistics.posterior(
+            sampler._fts.noise_variance, standardize=sampler._normalization()
+        )
+        np.testing.assert_allclose(used.mean, expected.mean, rtol=1e-10, atol=1e-12)
+        calls.append(used is sampler._uploaded_posterior[1])
+        return used
+
+    sampler._posterior = spy
+    objective = _objective((0.3, 0.6))
+    study = optuna.create_study(sampler=sampler)
+    for _ in range(6):
+        study.optimize(objective, n_trials=1)
+        server.step(force=True)
+    assert calls == [True] * 4
+    # A trial added without the sampler (so without an upload): computed afresh.
+    study.add_trial(
+        optuna.trial.create_trial(params={"x": 0.1, "y": 0.9}, distributions=UNIT, value=-3.0)
+    )
+    study.optimize(objective, n_trials=1)
+    assert calls[4:] == [False]
+    # Another study with the same trials: same count, numbers and normalization, not reused.
+    other = optuna.create_study(sampler=sampler)
+    for trial in study.trials:
+        other.add_trial(trial)
+    other.optimize(objective, n_trials=1)
+    assert calls[5:] == [False]
+
+
 def test_failed_uploads_never_reach_study_optimize(monkeypatch, propagate, caplog) -> None:
     fed = _federation(n_clients=1)
     sampler = FedThompsonSampler(fed, "c0", seed=0)

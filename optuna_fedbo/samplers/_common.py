@@ -19,6 +19,11 @@ from optuna.trial import TrialState
 _logger = optuna.logging.get_logger(__name__)
 
 
+def study_key(study: Study) -> tuple[int, int]:
+    """What identifies a study while the process runs: its storage object and study id."""
+    return id(study._storage), study._study_id
+
+
 def check_single_objective(study: Study, sampler: BaseSampler) -> None:
     """Raise the ``ValueError`` Optuna's conformance tests expect for a multi-objective study."""
     if study._is_multi_objective():

@@ -44,6 +44,7 @@ from optuna_fedbo.federation.fts.schedules import resolve_schedule
 from optuna_fedbo.federation.fts.schedules import Schedule
 from optuna_fedbo.samplers._common import check_single_objective
 from optuna_fedbo.samplers._common import sample_independently
+from optuna_fedbo.samplers._common import study_key
 from optuna_fedbo.samplers._fed import DEFAULT_LEASE_TTL
 from optuna_fedbo.samplers._fed import FedSampler
 from optuna_fedbo.samplers._fed import STALL_SECONDS
@@ -197,6 +198,9 @@ class FedThompsonSampler(FedSampler):
         self._own_gp_fit: GPFitState | None = None
         # (observation count, ranking weight) of the last ranking of the broadcast.
         self._ranking: tuple[int, float] | None = None
+        # ((study, observation count, trial number, normalization), posterior) of the last
+        # upload that added a finished trial by hand.
+        self._uploaded_posterior: tuple[tuple[Any, ...], LinearPosterior] | None = None
         # One-step-ahead scores of the own GP against the GP with the broadcast, and the two
         # predictions of each running transfer trial (own, transfer, normalization, values).
         self._one_step = OneStepRanking()
@@ -316,7 +320,7 @@ class FedThompsonSampler(FedSampler):
         if transfer:
             return self._transfer_step(study, trial)
         with self._lock:
-            posterior = self._posterior()
+            posterior = self._posterior(study)
         iteration = n_observed - fts.n_init + 1
         if self._rng.uniform() <= local_probability(self._schedule, iteration):
             return self._local_step(study, trial, posterior, "local")
@@ -364,13 +368,24 @@ class FedThompsonSampler(FedSampler):
             targets = np.append(targets, extra)
         return normalization(targets, self._fts.normalization, self._fts.n_init)
 
-    def _posterior(
-        self, statistics: SufficientStatistics | None = None, extra: float | None = None
-    ) -> LinearPosterior:
-        statistics = statistics or self._observations.statistics[0]
-        return statistics.posterior(
-            self._fts.noise_variance, standardize=self._normalization(extra)
-        )
+    def _posterior(self, study: Study) -> LinearPosterior:
+        """The posterior given the observations (lock held).
+
+        The upload after a trial already computed it with that trial added by hand; it is
+        reused when the observations are exactly those (the same count, that trial among them,
+        the same normalization).
+        """
+        location = self._normalization()
+        cached = self._uploaded_posterior
+        if cached is not None:
+            (key, count, number, cached_location), posterior = cached
+            if (
+                (key, count, cached_location)
+                == (study_key(study), self._observations.count, location)
+            ) and self._observations.includes(number):
+                return posterior
+        statistics = self._observations.statistics[0]
+        return statistics.posterior(self._fts.noise_variance, standardize=location)
 
     def _maximize(
         self, function: AcquisitionFunction, extra: np.ndarray | None = None
@@ -431,7 +446,7 @@ class FedThompsonSampler(FedSampler):
         broadcast = self._usable_broadcast()
         function = None if broadcast is None else self._broadcast_function(broadcast)
         with self._lock:
-            posterior = self._posterior()
+            posterior = self._posterior(study)
             # Replaced, never changed in place, as observations come in: no copies needed.
             points = self._observations.points
             features = self._observations.features
@@ -696,7 +711,11 @@ class FedThompsonSampler(FedSampler):
             if n_observations == 0:
                 _logger.debug(f"{self.client_id}: no observation yet, nothing to upload.")
                 return
-            posterior = self._posterior(statistics, extra)
+            location = self._normalization(extra)
+            posterior = statistics.posterior(self._fts.noise_variance, standardize=location)
+            if extra is not None:
+                key = (study_key(study), n_observations, trial.number, location)
+                self._uploaded_posterior = (key, posterior)
         # The papers share a Thompson sample; the default shares the posterior mean, the
         # participant's best estimate (the average of samples is noisier at equal privacy).
         omega = posterior.mean if self._fts.transfer == "prior" else posterior.sample(self._rng)

@@ -47,6 +47,7 @@ from optuna_fedbo.core.space import Dimension
 from optuna_fedbo.samplers._common import check_single_objective
 from optuna_fedbo.samplers._common import outside_relative_space_reason
 from optuna_fedbo.samplers._common import sample_independently
+from optuna_fedbo.samplers._common import study_key
 from optuna_fedbo.search_space import SearchSpaceEncoder
 
 _logger = optuna.logging.get_logger(__name__)
@@ -377,7 +378,7 @@ class LDPUCBSampler(BaseSampler):
             )
 
     def _state_for(self, study: Study, search_space: dict[str, BaseDistribution]) -> _StudyState:
-        key = (id(study._storage), study._study_id, _space_id(search_space))
+        key = (*study_key(study), _space_id(search_space))
         if self._state is None or self._state.key != key:
             encoder = SearchSpaceEncoder(search_space)
             self._state = _StudyState(

@@ -27,6 +27,7 @@ from optuna_fedbo.core.gp_acquisition import thompson_candidate
 from optuna_fedbo.core.threads import one_blas_thread
 from optuna_fedbo.samplers._common import check_single_objective
 from optuna_fedbo.samplers._common import LocalModelSampler
+from optuna_fedbo.samplers._common import study_key
 from optuna_fedbo.search_space import SearchSpaceEncoder
 
 _logger = optuna.logging.get_logger(__name__)
@@ -190,7 +191,7 @@ class _EncodedTrials:
 
     def update(self, study: Study, encoder: SearchSpaceEncoder) -> tuple[np.ndarray, np.ndarray]:
         """Encoded points and maximization-oriented values of the usable completed trials."""
-        key = (id(study._storage), study._study_id, encoder)
+        key = (*study_key(study), encoder)
         if (
             self._key is None
             or self._key[:2] != key[:2]

@@ -15,6 +15,7 @@ from optuna.trial import TrialState
 
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.core.rff import RandomFourierFeatures
+from optuna_fedbo.samplers._common import study_key
 from optuna_fedbo.search_space import SearchSpaceEncoder
 
 _logger = optuna.logging.get_logger(__name__)
@@ -59,11 +60,15 @@ class TrialObservations:
         """Number of trials in the statistics."""
         return self.statistics[0].count
 
+    def includes(self, number: int) -> bool:
+        """Whether trial ``number`` has been considered (modelled or left out)."""
+        return number in self._seen
+
     def update(self, study: Study) -> None:
         """Add the study's newly completed trials (resetting if the study changed)."""
         trials = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,), use_cache=True)
         with self._lock:
-            key = (id(study._storage), study._study_id)
+            key = study_key(study)
             if key != self._study_key:
                 self._reset(key)
             # Completion is final, so the trials not seen yet are the surplus over those seen;
