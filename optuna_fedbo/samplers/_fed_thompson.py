@@ -372,8 +372,8 @@ class FedThompsonSampler(FedSampler):
         """The posterior given the observations (lock held).
 
         The upload after a trial already computed it with that trial added by hand; it is
-        reused when the observations are exactly those (the same count, that trial among them,
-        the same normalization).
+        reused when the observations are exactly those (the same study and count, that trial
+        among them, the same normalization).
         """
         location = self._normalization()
         cached = self._uploaded_posterior
