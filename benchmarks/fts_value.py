@@ -236,8 +236,9 @@ def _sklearn_problem(
     """A scikit-learn task whose sites' optima are the cached grid references."""
 
     def reference(site: int) -> float:
-        key = f"{name} seed={seed} site={site} reference sklearn={sklearn.__version__}"
-        path = os.path.join(CACHE_DIR, key.replace(" ", "_").replace("/", "-") + ".npy")
+        path = _cache_file(
+            f"{name} seed={seed} site={site} reference sklearn={sklearn.__version__}"
+        )
         if os.path.exists(path):
             return float(np.load(path))
         value = grid_optimum(space, objectives[site])
@@ -389,24 +390,28 @@ def _cache_path(
     if method not in STOCK:
         return None
     key = f"{problem.name} seed={seed} {method} T={n_trials} sites={n_sites}"
-    key += f" optuna={optuna.__version__}"
+    return _cache_file(key + f" optuna={optuna.__version__}")
+
+
+def _cache_file(key: str) -> str:
+    """The file under :data:`CACHE_DIR` that keeps the array described by ``key``."""
     return os.path.join(CACHE_DIR, key.replace(" ", "_").replace("/", "-") + ".npy")
 
 
 def regrets(problem: Problem, curves: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Simple regret per method, shape ``(sites, trials)`` (sites common to all methods)."""
     n_sites = min(len(c) for c in curves.values())
-    out = {}
-    for name, curve in curves.items():
-        rows = []
-        for n in range(n_sites):
-            optimum, scale = problem.optima[n]
-            if optimum is None:
-                assert problem.reference is not None
-                optimum = problem.reference(n)
-            rows.append((optimum - curve[n]) / scale)
-        out[name] = np.array(rows)
-    return out
+    optima = []
+    for n in range(n_sites):
+        optimum, scale = problem.optima[n]
+        if optimum is None:
+            assert problem.reference is not None
+            optimum = problem.reference(n)
+        optima.append((optimum, scale))
+    return {
+        name: np.array([(optimum - curve[n]) / scale for n, (optimum, scale) in enumerate(optima)])
+        for name, curve in curves.items()
+    }
 
 
 def feature_options(
