@@ -9,7 +9,6 @@ algorithms are BO for heavy-tailed noise.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
 import datetime
@@ -24,8 +23,6 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.distributions import distribution_to_json
 from optuna.samplers import BaseSampler
-from optuna.samplers import RandomSampler
-from optuna.search_space import IntersectionSearchSpace
 from optuna.study import Study
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
@@ -45,8 +42,7 @@ from optuna_fedbo.core.ldp.parameters import RewardModel
 from optuna_fedbo.core.ldp.tgp import TGPUCB
 from optuna_fedbo.core.space import Dimension
 from optuna_fedbo.samplers._common import check_single_objective
-from optuna_fedbo.samplers._common import outside_relative_space_reason
-from optuna_fedbo.samplers._common import sample_independently
+from optuna_fedbo.samplers._common import LocalModelSampler
 from optuna_fedbo.samplers._common import study_key
 from optuna_fedbo.search_space import SearchSpaceEncoder
 
@@ -102,7 +98,7 @@ class _StudyState:
     )
 
 
-class LDPUCBSampler(BaseSampler):
+class LDPUCBSampler(LocalModelSampler):
     """GP-UCB from locally privatized values: LDP-TGP-, LDP-ATA- and LDP-MoMA-GP-UCB.
 
     The objective's values must reach the study already privatized by each user, e.g. through
@@ -259,16 +255,19 @@ class LDPUCBSampler(BaseSampler):
         self._max_grid_size = max_grid_size
         self._n_candidates = n_candidates
         self._n_refinements = n_refinements
-        self._rng = np.random.default_rng(seed)
+        # No startup trials: the model is used from the first trial with a search space.
+        super().__init__(
+            n_startup_trials=1,
+            independent_sampler=independent_sampler,
+            warn_independent_sampling=warn_independent_sampling,
+            seed=seed,
+        )
         self._algorithm_seed = (
             seed if seed is not None else int(np.random.default_rng().integers(2**31))
         )
         # Build one algorithm now: it validates every remaining parameter (horizon vs. epoch).
         validated = self._new_algorithm()
         self._epoch_length = validated.epoch_length if isinstance(validated, MoMAGPUCB) else 1
-        self._independent_sampler = independent_sampler or RandomSampler(seed=seed)
-        self._warn_independent_sampling = warn_independent_sampling
-        self._intersection_search_space = IntersectionSearchSpace()
         self._direction: StudyDirection | None = None
         self._state: _StudyState | None = None
         self._lock = threading.RLock()
@@ -285,17 +284,7 @@ class LDPUCBSampler(BaseSampler):
 
     def reseed_rng(self) -> None:
         with self._lock:
-            self._rng = np.random.default_rng()
-        self._independent_sampler.reseed_rng()
-
-    def infer_relative_search_space(
-        self, study: Study, trial: FrozenTrial
-    ) -> dict[str, BaseDistribution]:
-        return {
-            name: distribution
-            for name, distribution in self._intersection_search_space.calculate(study).items()
-            if not distribution.single()
-        }
+            super().reseed_rng()
 
     def sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
@@ -312,39 +301,6 @@ class LDPUCBSampler(BaseSampler):
                 self._feed_trials(study, state)
                 point = self._argmax(state)
             return state.encoder.decode(point)
-
-    def sample_independent(
-        self,
-        study: Study,
-        trial: FrozenTrial,
-        param_name: str,
-        param_distribution: BaseDistribution,
-    ) -> Any:
-        check_single_objective(study, self)
-        reason = (
-            outside_relative_space_reason(study, 1) if self._warn_independent_sampling else None
-        )
-        return sample_independently(
-            self,
-            self._independent_sampler,
-            study,
-            trial,
-            param_name,
-            param_distribution,
-            warning_reason=reason,
-        )
-
-    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
-        self._independent_sampler.before_trial(study, trial)
-
-    def after_trial(
-        self,
-        study: Study,
-        trial: FrozenTrial,
-        state: TrialState,
-        values: Sequence[float] | None,
-    ) -> None:
-        self._independent_sampler.after_trial(study, trial, state, values)
 
     # --- state -------------------------------------------------------------------------------
 
