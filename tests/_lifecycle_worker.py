@@ -27,6 +27,7 @@ def main() -> None:
     parser.add_argument("--lease-ttl", type=float, default=60.0)
     parser.add_argument("--sleep", type=float, default=0.0, help="seconds per objective call")
     parser.add_argument("--crash-at", type=int, default=None, help="os._exit at this trial")
+    parser.add_argument("--raise-at", type=int, default=None, help="raise at this trial")
     parser.add_argument("--synchronous", action="store_true")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -46,6 +47,8 @@ def main() -> None:
     def objective(trial: optuna.Trial) -> float:
         if args.crash_at is not None and trial.number == args.crash_at:
             os._exit(17)  # a hard crash: no clean-up, the lease is left to expire
+        if args.raise_at is not None and trial.number == args.raise_at:
+            raise RuntimeError("the objective failed")  # ends the process: unhandled
         time.sleep(args.sleep)
         x = trial.suggest_float("x", 0.0, 1.0)
         return -((x - 0.3 - 0.05 * args.seed) ** 2)

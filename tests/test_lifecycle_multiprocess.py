@@ -145,6 +145,18 @@ def test_one_client_id_in_two_processes_is_refused_until_its_lease_expires(tmp_p
             first.kill()
 
 
+def test_a_participant_ended_by_an_unhandled_exception_is_lost_at_once(tmp_path) -> None:
+    storage, name = _federation(tmp_path, n_clients=2)
+    # A long lease: "lost" must not wait for it to expire.
+    out, err = _finish(_participant(storage, name, "site-0", 10, "--raise-at", "3"))
+    assert "RuntimeError: the objective failed" in err
+    state = LeaseBook(Federation.load(name, storage).store).states()["site-0"]
+    assert state.status == "lost" and state.age < 30
+    # A normal end, by contrast, is finished.
+    _finish(_participant(storage, name, "site-1", 3))
+    assert LeaseBook(Federation.load(name, storage).store).states()["site-1"].status == "finished"
+
+
 def test_a_crashed_participant_does_not_stall_the_others_and_serve_ends(tmp_path) -> None:
     storage, name = _federation(tmp_path, n_clients=3)
     server = _server(storage, name)  # default closing policy: auto timeout, 2 of 3 uploads

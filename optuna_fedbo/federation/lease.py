@@ -61,7 +61,8 @@ class ParticipantState:
     Attributes:
         client_id: The participant's id.
         status: ``"active"`` (a live lease), ``"finished"`` (ended its study) or ``"lost"``
-            (its lease expired: the process stopped without finishing, e.g. a crash).
+            (the process stopped without finishing: its lease expired, e.g. after a hard
+            crash, or it ended on an unhandled exception).
         host: Host of the process that holds (or held) the lease.
         pid: Its process id.
         heartbeat: Wall-clock time of the last heartbeat.
@@ -105,7 +106,7 @@ def _state(client_id: str, record: dict[str, Any], now: float) -> ParticipantSta
     ttl = float(record.get("ttl", DEFAULT_LEASE_TTL))
     if record.get("finished"):
         status = "finished"
-    elif now - heartbeat >= ttl:
+    elif record.get("abandoned") or now - heartbeat >= ttl:
         status = "lost"
     else:
         status = "active"
@@ -254,7 +255,7 @@ class Lease:
                 continue
             epoch = int(record.get("epoch", 0)) + 1
 
-    def _record(self, finished: bool) -> dict[str, Any]:
+    def _record(self, finished: bool, abandoned: bool = False) -> dict[str, Any]:
         record: dict[str, Any] = {
             "token": PROCESS_TOKEN,
             "epoch": self.epoch,
@@ -263,6 +264,7 @@ class Lease:
             "heartbeat": time.time(),
             "ttl": self.ttl,
             "finished": finished,
+            "abandoned": abandoned,
         }
         if self._public is not None:
             try:
@@ -293,13 +295,18 @@ class Lease:
                 return
             self.book.write(self.client_id, self._record(finished=False))
 
-    def release(self) -> None:
-        """Mark the participant as finished and stop the heartbeat."""
+    def release(self, *, finished: bool = True) -> None:
+        """Stop the heartbeat and mark the participant finished, or lost at once.
+
+        Args:
+            finished: ``False`` when the process ends without finishing its study (an
+                unhandled exception): the participant is lost now, not after the ttl.
+        """
         self._stop.set()
         with self._lock:
             if self.superseded or not self._check_current():
                 return
-            self.book.write(self.client_id, self._record(finished=True))
+            self.book.write(self.client_id, self._record(finished, abandoned=not finished))
 
     def _beat(self, stop: threading.Event) -> None:
         interval = self.ttl / 4.0

@@ -14,6 +14,7 @@ import atexit
 from collections import deque
 from dataclasses import dataclass
 import statistics
+import sys
 import threading
 import time
 from typing import Any
@@ -67,10 +68,16 @@ _LIVE: weakref.WeakSet[FedSampler] = weakref.WeakSet()
 
 @atexit.register
 def _finish_at_exit() -> None:
-    """Mark every participant of this process finished when the process ends normally."""
+    """Mark every participant of this process finished when the process ends normally, and
+    lost when it ends on an unhandled exception (the interpreter sets ``sys.last_value`` before
+    it runs the exit handlers)."""
+    crashed = getattr(sys, "last_value", None) is not None
     for sampler in list(_LIVE):
         try:
-            sampler.finish()
+            if crashed:
+                sampler._abandon()
+            else:
+                sampler.finish()
         except Exception:
             pass
 
@@ -92,11 +99,11 @@ class FedSampler(BaseSampler):
       :class:`~optuna_fedbo.federation.lease.ParticipantBusyError`. The lease of a crashed
       process expires ``lease_ttl`` seconds after its last heartbeat.
     * **A visible lifecycle.** :meth:`finish` (called automatically when the process exits)
-      marks the participant finished; ``optuna-fedbo serve`` ends when every participant has
-      finished. :attr:`counts` tells how many trials were initial, local and federated; the
-      counts and the typical trial duration are published in the lease (they appear in
-      ``optuna-fedbo status``, and the server's default round timeout derives from the trial
-      durations).
+      marks the participant finished (lost, when the process ends on an unhandled exception);
+      ``optuna-fedbo serve`` ends when every participant has finished or is lost.
+      :attr:`counts` tells how many trials were initial, local and federated; the counts and
+      the typical trial duration are published in the lease (they appear in ``optuna-fedbo
+      status``, and the server's default round timeout derives from the trial durations).
     * **No silent no-ops.** The participant warns once (an Optuna warning) when no server has
       been seen, when the server is down, when too few participants run for any round to
       close, and, at :meth:`finish`, when its study used no broadcast at all.
@@ -260,6 +267,17 @@ class FedSampler(BaseSampler):
             f"{self.federation.name!r} was used, so this participant ran as plain local "
             f"optimization. Why: {why}."
         )
+
+    def _abandon(self) -> None:
+        """Mark this participant lost at once: its process ends without finishing its study."""
+        with self._life_lock:
+            if self._finished:
+                return
+            self._finished = True
+        try:
+            self._lease.release(finished=False)
+        except Exception:
+            _logger.debug("Could not release the participant's lease.", exc_info=True)
 
 
 __all__ = ["DEFAULT_LEASE_TTL", "FedSampler", "TrialCounts"]
