@@ -6,6 +6,7 @@ import itertools
 import json
 import logging
 import math
+import time
 
 import numpy as np
 import optuna
@@ -29,6 +30,7 @@ from optuna_fedbo.federation.config import FederationConfig
 from optuna_fedbo.federation.fedpne.channel import FedPNEChannel
 from optuna_fedbo.federation.fedpne.config import NodeSpace
 from optuna_fedbo.federation.fedpne.messages import encode_means_upload
+from optuna_fedbo.federation.lease import LeaseBook
 from optuna_fedbo.search_space import SearchSpaceEncoder
 
 SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(-5.0, 5.0)}
@@ -208,6 +210,12 @@ def test_a_phase_closes_only_when_everyone_uploaded_and_matches_the_core() -> No
     _upload_all(fed, channel, phase, clients=[0, 1])
     assert server.step() is None
     assert FedPNEChannel(fed).status().missing == ("c2",)
+    # A missing participant that has finished will not upload: the status says so.
+    LeaseBook(fed.store).write("c2", {"heartbeat": time.time(), "ttl": 60.0, "finished": True})
+    status = FedPNEChannel(fed).status()
+    assert status.departed == {"c2": "finished"} and "missing        1: c2 (finished)" in (
+        status.format()
+    )
     _upload_all(fed, channel, phase, clients=[2])
     report = server.step()
     assert report is not None and report.reason == "complete" and report.round == 0

@@ -7,6 +7,7 @@ roster) and writes only the participant's own upload key of the open round.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from dataclasses import field
 import math
 import threading
 import time
@@ -28,6 +29,7 @@ from optuna_fedbo.federation.fedpne.config import NodeSpace
 from optuna_fedbo.federation.fedpne.messages import encode_means_upload
 from optuna_fedbo.federation.fedpne.messages import parse_phase_broadcast
 from optuna_fedbo.federation.fedpne.messages import PhaseBroadcast
+from optuna_fedbo.federation.lease import LeaseBook
 from optuna_fedbo.federation.trust import UntrustedRecordError
 
 _logger = optuna.logging.get_logger(__name__)
@@ -66,6 +68,8 @@ class FedPNEStatus:
         uploaded: Participants whose means for the open phase arrived.
         missing: Participants the server still waits for (empty in the final phase, which has
             no uploads); participants that have not joined yet are counted in ``not_joined``.
+        departed: The missing participants that have finished or are lost, with that status:
+            they will not upload, so the phase closes at its round timeout.
         best: The current best node and the parameters of its centre.
         communication: The server's communication counters (closed phases so far).
         privacy: The DP-Fed-PNE guarantee, or ``None``.
@@ -83,6 +87,7 @@ class FedPNEStatus:
     communication: dict[str, int]
     privacy: FederatedDPGuarantee | None
     server: dict[str, Any] | None
+    departed: dict[str, str] = field(default_factory=dict)
 
     @property
     def not_joined(self) -> int:
@@ -101,6 +106,7 @@ class FedPNEStatus:
             "open_round": self.phase.index - 1,
             "uploaded": list(self.uploaded),
             "missing": list(self.missing),
+            "departed": dict(self.departed),
             "best": self.best.key,
             "recommended_params": self.recommended_params,
             "communication": self.communication,
@@ -121,7 +127,9 @@ class FedPNEStatus:
         ]
         if not phase.final:
             lines.append(f"uploaded       {len(self.uploaded)}: {', '.join(self.uploaded) or '-'}")
-            waiting = list(self.missing)
+            waiting = [
+                f"{c} ({self.departed[c]})" if c in self.departed else c for c in self.missing
+            ]
             if self.not_joined:
                 waiting.append(f"{self.not_joined} not joined")
             lines.append(f"missing        {len(self.missing)}: {', '.join(waiting) or '-'}")
@@ -301,6 +309,12 @@ class FedPNEChannel:
             keys = federation.store.upload_keys(view.round)
             uploaded = tuple(c for c in participants if c in keys)
             missing = tuple(c for c in participants if c not in keys)
+        states = LeaseBook(federation.store).states() if missing else {}
+        departed = {
+            c: states[c].status
+            for c in missing
+            if c in states and states[c].status in ("finished", "lost")
+        }
         communication = (
             dict(view.broadcast.communication)
             if view.broadcast is not None
@@ -318,6 +332,7 @@ class FedPNEChannel:
             communication=communication,
             privacy=self.config.guarantee(federation.n_clients),
             server=federation.store.server_status(),
+            departed=departed,
         )
 
 
