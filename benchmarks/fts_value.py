@@ -37,7 +37,10 @@ Problems:
 
 The ratio table divides each method's mean regret (over sites and seed functions) at trial ``t``
 by that of the best stock sampler at ``t`` on the same problem; ``wins`` counts the seed
-functions on which the method's mean regret over sites is below the best stock sampler's.
+functions on which the method's mean regret over sites is below the best stock sampler's, and
+``pair se`` is the standard error of the per-seed-function difference to it at the last
+checkpoint: a ratio whose difference is within about two of these may be the seed functions'
+luck.
 Targets (issue 10): identical sites ``fts`` <= 0.7x at 10 and <= 0.5x at 20 trials;
 independent sites <= 1.0x ``local-gp``/``local-ts`` and <= 1.2x ``gp`` at 20; DP <= 0.8x at 20.
 
@@ -701,7 +704,9 @@ def report(name, per_seed, checkpoints, facts) -> None:
     stock = [m for m in methods if m in STOCK] or methods
     print(f"\n## {name}  ({len(per_seed)} seed functions)")
     header = f"{'method':10s}" + "".join(f" {'regret@' + str(t):>11s}" for t in checkpoints)
+    last = checkpoints[-1]
     header += "".join(f" {'x best@' + str(t):>9s}" for t in checkpoints) + "  wins@10  wins@20"
+    header += f" {'pair se@' + str(last):>11s}"
     print(header)
     best_stock = {t: min(stock, key=lambda m: means[m][:, t - 1].mean()) for t in checkpoints}
     for m in methods:
@@ -713,6 +718,11 @@ def report(name, per_seed, checkpoints, facts) -> None:
             if t in checkpoints:
                 ref = means[best_stock[t]][:, t - 1]
                 line += f"  {int(np.sum(means[m][:, t - 1] < ref)):3d}/{len(per_seed):<3d}"
+        # Standard error of the per-seed difference to the best stock sampler (paired: the
+        # same seed functions), the yardstick for the ratio at the last checkpoint.
+        difference = means[m][:, last - 1] - means[best_stock[last]][:, last - 1]
+        spread = difference.std(ddof=1) if len(per_seed) > 1 else float("nan")
+        line += f" {spread / np.sqrt(len(per_seed)):11.4f}"
         print(line)
     print("best stock: " + ", ".join(f"@{t}: {best_stock[t]}" for t in checkpoints))
     for k, v in facts.items():
