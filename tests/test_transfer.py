@@ -192,6 +192,11 @@ def test_ranking_weight_trusts_a_prior_that_ranks_better_than_the_own_model() ->
     assert ranking_weight(rng.permutation(y), *sharp, y, rng) == 0.0
     assert ranking_weight(np.zeros(8), *sharp, y, rng) == 0.0  # a constant ties every pair
     assert ranking_weight(-y[:2], np.zeros(2), np.ones(2), y[:2], rng) == 1.0  # < 3 points
+    # Equal observed values order nothing: a prior that ties exactly those pairs and ranks
+    # every other pair right is as good a ranker as an own model that splits them.
+    steps = np.array([0.0, 0.0, 1.0, 1.0, 2.0, 2.0])
+    sharp_steps = (steps + np.array([0.0, 0.1, 0.0, 0.1, 0.0, 0.1]), np.full(6, 1e-3))
+    assert ranking_weight(steps, *sharp_steps, steps, rng) == pytest.approx(0.5)
 
 
 def test_misordered_fraction_counts_earlier_values_on_the_wrong_side() -> None:

@@ -103,7 +103,8 @@ def ranking_weight(
     """Probability that a prior function ranks the observations at least as well as the own GP.
 
     The ranking loss of a model is its number of misordered pairs of observations (pairs that
-    it ties count one half). The prior function's loss is fixed; the own GP's is drawn
+    it ties count one half; pairs of equal observed values order nothing and are left out, as
+    in :func:`misordered_fraction`). The prior function's loss is fixed; the own GP's is drawn
     ``n_samples`` times from its leave-one-out predictive distribution. The weight is the
     fraction of draws in which the prior's loss is lower, ties counting one half.
 
@@ -125,6 +126,8 @@ def ranking_weight(
     if n < 3:
         return 1.0
     first, second = np.triu_indices(n, k=1)
+    informative = values[first] != values[second]
+    first, second = first[informative], second[informative]
     if len(first) > max_pairs:  # an unbiased sample of the pairs bounds the cost
         chosen = rng.choice(len(first), size=max_pairs, replace=False)
         first, second = first[chosen], second[chosen]
