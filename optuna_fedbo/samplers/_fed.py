@@ -70,7 +70,8 @@ _LIVE: weakref.WeakSet[FedSampler] = weakref.WeakSet()
 def _finish_at_exit() -> None:
     """Mark every participant of this process finished when the process ends normally, and
     lost when it ends on an unhandled exception (the interpreter sets ``sys.last_value`` before
-    it runs the exit handlers)."""
+    it runs the exit handlers; an interactive session sets it at any error, so there call
+    :meth:`FedSampler.finish` yourself)."""
     crashed = getattr(sys, "last_value", None) is not None
     for sampler in list(_LIVE):
         try:

@@ -255,7 +255,8 @@ class LDPUCBSampler(LocalModelSampler):
         self._max_grid_size = max_grid_size
         self._n_candidates = n_candidates
         self._n_refinements = n_refinements
-        # No startup trials: the model is used from the first trial with a search space.
+        # One startup trial: the first has no relative search space yet (its parameters are
+        # sampled independently, without a warning); the model is used from the second on.
         super().__init__(
             n_startup_trials=1,
             independent_sampler=independent_sampler,
