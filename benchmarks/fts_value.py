@@ -474,10 +474,15 @@ def feature_options(
                 truth = base(dense)
                 low, high = truth.min(), truth.max()
                 designs = [encoding.space_filling(n_design, rng) for _ in range(n_sites)]
+                # One noisy observation per design point, the same for every option.
+                observed = [
+                    (base(design) - low) / (high - low)
+                    + NOISE_STD * rng.standard_normal(len(design))
+                    for design in designs
+                ]
                 pooled = np.concatenate(designs)
                 pooled_truth = base(pooled)
-                pooled_values = (pooled_truth - low) / (high - low)
-                pooled_values += NOISE_STD * rng.standard_normal(len(pooled_values))
+                pooled_values = np.concatenate(observed)
                 pooled_mean = fit_gp(pooled, pooled_values, rng=rng).predict(
                     dense, return_std=False
                 )[0]
@@ -495,9 +500,7 @@ def feature_options(
                         ]
                     }
                     mean = np.zeros(m)
-                    for design in designs:
-                        values = (base(design) - low) / (high - low)
-                        values += NOISE_STD * rng.standard_normal(len(values))
+                    for design, values in zip(designs, observed):
                         stats = SufficientStatistics(m)
                         stats.add(features(design), values)
                         location = normalization(values, "shared", n_design)
