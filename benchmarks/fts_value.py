@@ -321,6 +321,7 @@ def federated_configs() -> dict[str, FTSConfig]:
     return {
         "fts": FTSConfig(),
         "fts-v1": FTSConfig(
+            n_features=100,
             lengthscale=0.2,
             normalization="participant",
             initial_design="uniform",

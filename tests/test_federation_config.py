@@ -10,6 +10,8 @@ from optuna.distributions import FloatDistribution
 from optuna.distributions import IntDistribution
 import pytest
 
+from optuna_fedbo.federation import DPConfig
+from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import presets
 from optuna_fedbo.federation._codec import decode_array
 from optuna_fedbo.federation._codec import encode_array
@@ -250,3 +252,41 @@ def test_config_is_frozen() -> None:
     config = FTSConfig()
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.n_features = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "space, private, expected",
+    [
+        ({f"x{i}": FloatDistribution(0.0, 1.0) for i in range(3)}, False, 100),
+        ({f"x{i}": FloatDistribution(0.0, 1.0) for i in range(4)}, False, 200),
+        # Encoded columns count: a categorical of three choices is three columns.
+        (
+            {"x": FloatDistribution(0.0, 1.0), "k": CategoricalDistribution(["a", "b", "c"])},
+            False,
+            200,
+        ),
+        ({f"x{i}": FloatDistribution(0.0, 1.0) for i in range(4)}, True, 100),  # DP: 100
+    ],
+)
+def test_the_default_number_of_features_is_resolved_when_the_federation_is_created(
+    space, private, expected
+) -> None:
+    assert FTSConfig().n_features is None
+    privacy = DPConfig(noise_multiplier=1.0, sample_rate=0.5, clip_norm=10.0) if private else None
+    fed = Federation.create(
+        f"features-{len(space)}-{private}", search_space=space, n_clients=2, privacy=privacy
+    )
+    assert fed.fts.n_features == expected
+    assert fed.features().n_features == expected
+    # The stored configuration holds the number, and an explicit one is kept as given.
+    assert FederationConfig.from_json(fed.config.to_json()).protocol.n_features == expected
+    explicit = Federation.create(
+        f"explicit-{len(space)}-{private}",
+        search_space=space,
+        n_clients=2,
+        protocol=FTSConfig(n_features=50),
+        privacy=privacy,
+    )
+    assert explicit.fts.n_features == 50
+    with pytest.raises(ValueError, match="n_features must be a positive integer"):
+        FTSConfig(n_features=0)

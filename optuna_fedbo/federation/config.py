@@ -83,6 +83,19 @@ class ProtocolConfig:
             raise ValueError(f"Unknown fields {sorted(unknown)} for protocol {kind!r}.")
         return cls(**record)
 
+    def resolve(self, encoder: SearchSpaceEncoder, privacy: Any) -> ProtocolConfig:
+        """The configuration with every default that depends on the federation made explicit.
+
+        Called once, when the federation is created; the stored configuration is the result,
+        so that what it means never depends on this package's version. The base class has no
+        such defaults and returns itself.
+
+        Args:
+            encoder: The search space's encoding.
+            privacy: The central ``DPConfig``, or ``None``.
+        """
+        return self
+
     def check_search_space(self, encoder: SearchSpaceEncoder) -> None:
         """Raise ``ValueError`` if the protocol cannot run on this search space."""
 

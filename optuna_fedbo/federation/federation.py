@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import replace
 import json
 import math
 import os
@@ -287,6 +288,9 @@ class Federation:
             seed=seed,
             server=server_keys.identity.to_dict(),
         )
+        # Defaults that depend on the federation are stored explicitly.
+        resolved = protocol.resolve(SearchSpaceEncoder(config.search_space), privacy)
+        config = replace(config, protocol=resolved)
         store = FederationStore(resolve_storage(storage), name)
         try:
             store.main_attrs()
