@@ -143,8 +143,8 @@ class FTSConfig(ProtocolConfig):
         paired, the regret at 20 trials went from 0.230 to 0.212 at lengthscale 0.1, and from
         0.133 to 0.104 at 0.2. At 0.5 (20 seed functions) it went from 0.028 to 0.034, a
         difference within noise (± 0.008). Under differential privacy the number stays 100:
-        the clip norm is absolute, a posterior vector's norm grows with ``M``, and the
-        clipping was measured at 100.
+        the clip norm is absolute, the uploaded vectors' norms depend on ``M`` (a posterior
+        draw's grows as ``sqrt(M)``), and the clipping was measured at 100.
         """
         if self.n_features is not None:
             return self
