@@ -55,6 +55,11 @@ class SearchSpaceEncoder:
         )
 
     @property
+    def n_varying(self) -> int:
+        """Number of parameters that vary: the function's dimension (a fixed one adds none)."""
+        return sum(not d.single() for d in self.search_space.values())
+
+    @property
     def n_columns(self) -> int:
         """Number of columns ``D`` of the unit-cube encoding."""
         return self.encoding.n_columns

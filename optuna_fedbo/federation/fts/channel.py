@@ -54,12 +54,11 @@ class FTSChannel:
         with self._lock:
             if self._features is None:
                 fts = self.config
-                # The parameters that vary (a fixed one adds no dimension to the function).
-                n_dims = sum(not d.single() for d in self.federation.search_space.values())
+                encoder = self.federation.encoder
                 self._features = RandomFourierFeatures(
-                    self.federation.encoder.n_columns,
+                    encoder.n_columns,
                     fts.n_features,
-                    multiscale_range(max(n_dims, 1))
+                    multiscale_range(max(encoder.n_varying, 1))
                     if fts.lengthscale is None
                     else fts.lengthscale,
                     seed=self.federation.seed,
