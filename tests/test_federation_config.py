@@ -259,11 +259,20 @@ def test_config_is_frozen() -> None:
     [
         ({f"x{i}": FloatDistribution(0.0, 1.0) for i in range(3)}, False, 100),
         ({f"x{i}": FloatDistribution(0.0, 1.0) for i in range(4)}, False, 200),
-        # Encoded columns count: a categorical of three choices is three columns.
+        # Parameters that vary count, as in the features' lengthscale range: a categorical of
+        # three choices is one dimension (three encoded columns), a fixed parameter none.
         (
             {"x": FloatDistribution(0.0, 1.0), "k": CategoricalDistribution(["a", "b", "c"])},
             False,
-            200,
+            100,
+        ),
+        (
+            {
+                **{f"x{i}": FloatDistribution(0.0, 1.0) for i in range(3)},
+                "c": IntDistribution(3, 3),
+            },
+            False,
+            100,
         ),
         ({f"x{i}": FloatDistribution(0.0, 1.0) for i in range(4)}, True, 100),  # DP: 100
     ],

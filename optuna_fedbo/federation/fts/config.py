@@ -15,8 +15,8 @@ from optuna_fedbo.federation.config import ProtocolConfig
 from optuna_fedbo.federation.fts.schedules import check_schedule_name
 from optuna_fedbo.search_space import SearchSpaceEncoder
 
-#: Shared features ``M`` of ``FTSConfig(n_features=None)``: in 1-3 encoded dimensions, and in
-#: 4 or more without differential privacy (:meth:`FTSConfig.resolve`).
+#: Shared features ``M`` of ``FTSConfig(n_features=None)``: with 1-3 varying parameters, and
+#: with 4 or more without differential privacy (:meth:`FTSConfig.resolve`).
 DEFAULT_N_FEATURES = (100, 200)
 
 
@@ -43,7 +43,7 @@ class FTSConfig(ProtocolConfig):
         n_features: Number of random features ``M``, or ``None`` (default) for
             :data:`DEFAULT_N_FEATURES` chosen by the search space when the federation is created
             (:meth:`resolve`; the stored configuration holds the number): 100, or 200 with 4
-            or more encoded dimensions and no differential privacy.
+            or more varying parameters and no differential privacy.
         lengthscale: SE kernel lengthscale of the shared features, in unit-cube coordinates, or
             ``None`` (default) for multi-scale features: each feature's lengthscale log-uniform
             over :func:`~optuna_fedbo.core.rff.multiscale_range` (0.02 to 0.5 in 1-2 D, from
@@ -148,7 +148,7 @@ class FTSConfig(ProtocolConfig):
         """
         if self.n_features is not None:
             return self
-        large = encoder.n_columns >= 4 and privacy is None
+        large = encoder.n_varying >= 4 and privacy is None
         return replace(self, n_features=DEFAULT_N_FEATURES[1] if large else DEFAULT_N_FEATURES[0])
 
     def check_privacy(self, privacy: Any) -> None:
