@@ -83,6 +83,11 @@ class ParticipantState:
     trial_seconds: float | None = None
 
     @property
+    def departed(self) -> bool:
+        """Whether the participant has finished or is lost (it will not upload any more)."""
+        return self.status in ("finished", "lost")
+
+    @property
     def age(self) -> float:
         """Seconds since the last heartbeat."""
         return max(time.time() - self.heartbeat, 0.0)

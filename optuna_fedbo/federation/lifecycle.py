@@ -64,7 +64,7 @@ class Lifecycle:
     def ended(self) -> bool:
         """Whether all ``N`` participants joined and each has finished or is lost."""
         return len(self.roster) >= self.n_clients and all(
-            c in self.states and self.states[c].status in ("finished", "lost") for c in self.roster
+            c in self.states and self.states[c].departed for c in self.roster
         )
 
     def status_of(self, client_id: str) -> str:

@@ -310,11 +310,7 @@ class FedPNEChannel:
             uploaded = tuple(c for c in participants if c in keys)
             missing = tuple(c for c in participants if c not in keys)
         states = LeaseBook(federation.store).states() if missing else {}
-        departed = {
-            c: states[c].status
-            for c in missing
-            if c in states and states[c].status in ("finished", "lost")
-        }
+        departed = {c: states[c].status for c in missing if c in states and states[c].departed}
         communication = (
             dict(view.broadcast.communication)
             if view.broadcast is not None
