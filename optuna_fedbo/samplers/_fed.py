@@ -237,15 +237,9 @@ class FedSampler(BaseSampler):
         participant active again. ``optuna-fedbo serve`` ends when every participant has
         finished.
         """
-        with self._life_lock:
-            if self._finished:
-                return
-            self._finished = True
-            counts = TrialCounts(**self._counts)
-        try:
-            self._lease.release()
-        except Exception:
-            _logger.debug("Could not release the participant's lease.", exc_info=True)
+        counts = self._release(finished=True)
+        if counts is None:
+            return
         if counts.total == 0 or counts.federated > 0 or "no-broadcast" in self._warned:
             return
         self._warned.add("no-broadcast")
@@ -271,14 +265,21 @@ class FedSampler(BaseSampler):
 
     def _abandon(self) -> None:
         """Mark this participant lost at once: its process ends without finishing its study."""
+        self._release(finished=False)
+
+    def _release(self, *, finished: bool) -> TrialCounts | None:
+        """Release the lease (finished, or lost at once) and return the trial counts; ``None``
+        if it was released already."""
         with self._life_lock:
             if self._finished:
-                return
+                return None
             self._finished = True
+            counts = TrialCounts(**self._counts)
         try:
-            self._lease.release(finished=False)
+            self._lease.release(finished=finished)
         except Exception:
             _logger.debug("Could not release the participant's lease.", exc_info=True)
+        return counts
 
 
 __all__ = ["DEFAULT_LEASE_TTL", "FedSampler", "TrialCounts"]
