@@ -5,6 +5,7 @@ import pytest
 
 from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.posterior import SufficientStatistics
+from optuna_fedbo.core.rff import fast_cos
 from optuna_fedbo.core.rff import RandomFourierFeatures
 
 
@@ -26,6 +27,23 @@ def test_features_have_unit_norm_and_approximate_the_se_kernel() -> None:
     np.testing.assert_allclose(np.linalg.norm(phi, axis=1), 1.0)
     exact = np.exp(-np.sum((x[:, None] - x[None]) ** 2, axis=-1) / (2 * lengthscale**2))
     assert np.abs(phi @ phi.T - exact).max() < 0.06
+
+
+def test_fast_features_are_the_exact_ones_to_single_precision() -> None:
+    # Range-reduced in double precision, so however large the argument (lengthscale 0.001
+    # makes it thousands of radians) the error stays that of a float32 cosine near [-pi, pi].
+    z = np.random.default_rng(0).standard_normal((200, 300)) * np.array([[1.0], [3e3]]).repeat(
+        100, axis=0
+    )
+    assert np.abs(fast_cos(z) - np.cos(z)).max() < 3e-7
+    assert fast_cos(z).dtype == np.float64
+    for lengthscale in (0.001, 0.2, (0.02, 0.5)):
+        features = RandomFourierFeatures(3, 200, lengthscale, seed=3)
+        x = np.random.default_rng(4).uniform(size=(500, 3))
+        exact, fast = features(x), features(x, fast=True)
+        np.testing.assert_allclose(np.linalg.norm(fast, axis=1), 1.0, rtol=1e-6)
+        assert np.abs(fast - exact).max() < 1e-6
+        assert not np.array_equal(fast, exact)  # the fast path is taken
 
 
 def test_frequencies_follow_the_spectral_density() -> None:

@@ -54,7 +54,7 @@ class LinearAcquisition:
 
     def values(self, x: np.ndarray, *, features: np.ndarray | None = None) -> np.ndarray:
         """Values at ``x``; ``features``: ``phi(x)`` if already computed."""
-        return (self._features(x) if features is None else features) @ self._weights
+        return (self._features(x, fast=True) if features is None else features) @ self._weights
 
     def values_and_grads(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self._features.value_and_grad(x, self._weights)
@@ -79,7 +79,7 @@ class UpperConfidenceBound:
         self._sqrt_beta = float(np.sqrt(beta))
 
     def values(self, x: np.ndarray) -> np.ndarray:
-        mean, variance = self._posterior.predict(self._features(x))
+        mean, variance = self._posterior.predict(self._features(x, fast=True))
         return mean + self._sqrt_beta * np.sqrt(np.maximum(variance, 0.0))
 
     def values_and_grads(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -315,7 +315,7 @@ class RegionwiseLinear:
 
     def values(self, x: np.ndarray, *, features: np.ndarray | None = None) -> np.ndarray:
         """Values at ``x``; ``features``: ``phi(x)`` if already computed."""
-        phi = self._features(x) if features is None else features
+        phi = self._features(x, fast=True) if features is None else features
         return np.einsum("nm,nm->n", phi, self._weights[self._region_of(x)])
 
     def values_and_grads(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
