@@ -259,12 +259,11 @@ class FedThompsonSampler(FedSampler):
         # Before the first completed trial nothing tells which distributions the objective uses;
         # the federation's parameters then go through sample_independent, which serves them
         # from the same per-trial point when their distribution matches the federation's.
-        completed = study._get_trials(
-            deepcopy=False, states=(TrialState.COMPLETE,), use_cache=True
-        )
-        if not completed:
+        trials = study._get_trials(deepcopy=False, use_cache=True)
+        last = next((t for t in reversed(trials) if t.state == TrialState.COMPLETE), None)
+        if last is None:
             return {}
-        used = completed[-1].distributions
+        used = last.distributions
         space = {}
         for name, distribution in self._space.items():
             if name in used and used[name] != distribution:
