@@ -529,10 +529,11 @@ def overhead(n_trials: int) -> None:
     """Time per trial of the default participant (and local GP, TPE) on a cheap objective.
 
     One participant of a two-site federation (in memory; the server closes a round after each
-    of its trials), 3-D, up to ``n_trials`` trials; CPU milliseconds (``time.process_time``)
-    per trial over windows of trials, and the wall time of the last window. The participant's
-    trial and the server's step are timed apart (in a deployment the server is another
-    process). Run twice: on an idle machine and beside one other busy process.
+    of its trials), in 3-D and in 4-D (where the default shares 200 features instead of 100),
+    up to ``n_trials`` trials; CPU milliseconds (``time.process_time``) per trial over windows
+    of trials, and the wall time of the last window. The participant's trial and the server's
+    step are timed apart (in a deployment the server is another process). Run twice: on an
+    idle machine and beside one other busy process.
     """
     import subprocess
     import sys
@@ -540,26 +541,27 @@ def overhead(n_trials: int) -> None:
     for busy in (False, True):
         hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
         try:
-            _overhead_table(n_trials, "one other busy process" if busy else "idle")
+            for dims in (3, 4):
+                _overhead_table(n_trials, dims, "one other busy process" if busy else "idle")
         finally:
             if hog is not None:
                 hog.kill()
                 hog.wait()
 
 
-def _overhead_table(n_trials: int, condition: str) -> None:
+def _overhead_table(n_trials: int, dims: int, condition: str) -> None:
     from optuna_fedbo import Federation
     from optuna_fedbo import FederationServer
     from optuna_fedbo import FedThompsonSampler
 
-    space = {f"x{i}": optuna.distributions.FloatDistribution(0.0, 1.0) for i in range(3)}
+    space = {f"x{i}": optuna.distributions.FloatDistribution(0.0, 1.0) for i in range(dims)}
 
     def objective(trial: optuna.Trial) -> float:
         x = np.array([trial.suggest_float(name, 0.0, 1.0) for name in space])
         return float(-np.sum((x - 0.3) ** 2) + 0.1 * np.sin(20 * x).sum())
 
     windows = [(0, 100), (n_trials // 2 - 50, n_trials // 2 + 50), (n_trials - 100, n_trials)]
-    print(f"\n## overhead: ms per trial, 3-D, {n_trials} trials, {condition}")
+    print(f"\n## overhead: ms per trial, {dims}-D, {n_trials} trials, {condition}")
     print(
         f"{'sampler':12s}"
         + "".join(f"{f'CPU {a + 1}-{b}':>14s}" for a, b in windows)
