@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import numpy as np
+import optuna
+from optuna.distributions import FloatDistribution
+import pytest
+
+from optuna_fedbo.core.posterior import SufficientStatistics
+from optuna_fedbo.core.rff import RandomFourierFeatures
+from optuna_fedbo.samplers._observations import TrialObservations
+from optuna_fedbo.search_space import SearchSpaceEncoder
+
+SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(-1.0, 1.0)}
+
+
+def _observations() -> TrialObservations:
+    encoder = SearchSpaceEncoder(SPACE)
+    return TrialObservations(encoder, [RandomFourierFeatures(2, 16, 0.3, seed=0)])
+
+
+def _ask(study: optuna.Study, x: float) -> optuna.Trial:
+    trial = study.ask()
+    trial.suggest_float("x", 0.0, 1.0)
+    trial.suggest_float("y", -1.0, 1.0)
+    study._storage.set_trial_param(trial._trial_id, "x", x, SPACE["x"])
+    return trial
+
+
+def test_trials_that_finish_out_of_order_are_added_once_each() -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="minimize")
+    observations = _observations()
+    first, second, third = (_ask(study, x) for x in (0.1, 0.2, 0.3))
+    study.tell(second, 2.0)
+    observations.update(study)
+    assert observations.count == 1 and observations.includes(1)
+    assert not observations.includes(0)
+    snapshot = observations.targets
+    study.tell(third, state=optuna.trial.TrialState.FAIL)
+    study.tell(first, 1.0)  # finishes after a later trial
+    fourth = _ask(study, 0.4)  # still running
+    observations.update(study)
+    observations.update(study)  # nothing new: nothing added twice
+    assert observations.count == 2
+    assert observations.includes(0)
+    assert not observations.includes(2) and not observations.includes(3)  # failed, running
+    np.testing.assert_array_equal(observations.targets, [-2.0, -1.0])  # minimized: negated
+    np.testing.assert_array_equal(observations.points[:, 0], [0.2, 0.1])
+    np.testing.assert_array_equal(snapshot, [-2.0])  # an earlier snapshot does not change
+    study.tell(fourth, 5.0)
+    for k in range(100):  # beyond the first buffer
+        study.tell(_ask(study, 0.5), float(k))
+    observations.update(study)
+    assert observations.count == 103 and observations.includes(3)
+    assert observations.points.shape == (103, 2) and observations.features.shape == (103, 16)
+    with pytest.raises(ValueError, match="read-only"):
+        observations.targets[0] = 0.0
+    # The statistics hold exactly the modelled trials.
+    expected = SufficientStatistics(16)
+    expected.add(observations.feature_maps[0](observations.points), observations.targets)
+    np.testing.assert_allclose(observations.statistics[0].gram, expected.gram)
+    np.testing.assert_allclose(
+        observations.features, observations.feature_maps[0](observations.points)
+    )
+
+
+def test_another_study_starts_from_scratch() -> None:
+    observations = _observations()
+    study = optuna.create_study()
+    study.tell(_ask(study, 0.7), 3.0)
+    observations.update(study)
+    other = optuna.create_study()
+    observations.update(other)
+    assert observations.count == 0 and observations.points.shape == (0, 2)
+    other.tell(_ask(other, 0.2), 1.0)
+    observations.update(other)
+    assert observations.count == 1 and observations.best_value == -1.0
