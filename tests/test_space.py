@@ -164,3 +164,22 @@ def test_space_filling_design_is_a_latin_hypercube_in_the_box() -> None:
     again = encoding.space_filling(6, np.random.default_rng(0), box)
     np.testing.assert_array_equal(design, again)
     assert not np.allclose(design, encoding.space_filling(6, np.random.default_rng(1), box))
+
+
+@pytest.mark.parametrize(
+    "space",
+    [
+        {"a": FloatDistribution(0.0, 1.0), "b": FloatDistribution(1e-3, 10.0, log=True)},
+        {"a": FloatDistribution(-2.0, 3.0), "b": IntDistribution(1, 9)},
+        {"a": FloatDistribution(0.0, 1.0), "c": CategoricalDistribution(["p", "q", "r"])},
+        {"a": FloatDistribution(0.5, 0.5), "b": FloatDistribution(0.0, 1.0)},
+    ],
+)
+def test_snapping_moves_points_onto_what_they_decode_to(space: dict) -> None:
+    encoding = SearchSpaceEncoder(space).encoding
+    rng = np.random.default_rng(0)
+    points = rng.uniform(-0.2, 1.2, size=(200, encoding.n_columns))
+    snapped = encoding.snap(points)
+    np.testing.assert_allclose(snapped, encoding.encode(encoding.decode(points)), atol=1e-12)
+    np.testing.assert_allclose(encoding.snap(snapped), snapped, atol=1e-12)
+    assert snapped.min() >= 0.0 and snapped.max() <= 1.0
