@@ -75,3 +75,35 @@ def test_another_study_starts_from_scratch() -> None:
     other.tell(_ask(other, 0.2), 1.0)
     observations.update(other)
     assert observations.count == 1 and observations.best_value == -1.0
+
+
+class _ListedStudy:
+    """A study whose trial list the test controls (as a relational storage may show it)."""
+
+    def __init__(self, trials: list[optuna.trial.FrozenTrial]) -> None:
+        self.trials = trials
+        self._storage = object()
+        self._study_id = 0
+        self.direction = optuna.study.StudyDirection.MAXIMIZE
+
+    def _get_trials(self, deepcopy: bool, use_cache: bool) -> list[optuna.trial.FrozenTrial]:
+        return list(self.trials)
+
+
+def test_a_trial_that_shows_up_late_before_finished_ones_is_still_added() -> None:
+    def completed(number: int) -> optuna.trial.FrozenTrial:
+        trial = optuna.trial.create_trial(
+            params={"x": 0.1 * number, "y": 0.0}, distributions=SPACE, value=float(number)
+        )
+        trial.number = number
+        return trial
+
+    observations = _observations()
+    study = _ListedStudy([completed(0), completed(1), completed(3)])
+    observations.update(study)  # type: ignore[arg-type]
+    assert observations.count == 3
+    # Trial 2's insert committed after trial 3's: it appears between finished trials.
+    study.trials = [completed(0), completed(1), completed(2), completed(3), completed(4)]
+    observations.update(study)  # type: ignore[arg-type]
+    assert observations.count == 5 and all(observations.includes(k) for k in range(5))
+    np.testing.assert_array_equal(observations.targets, [0.0, 1.0, 3.0, 2.0, 4.0])

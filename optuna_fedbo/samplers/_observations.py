@@ -46,8 +46,9 @@ class TrialObservations:
         self.best_value = -math.inf
         self._rows = _Rows(encoder.n_columns, self.feature_maps[0].n_features)
         self._seen: set[int] = set()
-        # The study's trials before this position are finished and have all been considered.
-        self._finished_prefix = 0
+        # The study's trials before this position are finished and have all been considered,
+        # and the number of the last of them.
+        self._finished_prefix: tuple[int, int | None] = (0, None)
         self._study_key: tuple[int, int] | None = None
         self._lock = threading.Lock()
 
@@ -84,22 +85,26 @@ class TrialObservations:
 
         A study's trials only grow, in order, and a finished trial stays finished: only the
         trials from the first unfinished one on are looked at, so the cost per call does not
-        grow with the study (a filtered list of 1,000 trials took 0.2 ms per call).
+        grow with the study (a filtered list of 1,000 trials took 0.2 ms per call). If a trial
+        shows up before that point after all (in a relational storage, a concurrent insert
+        can commit out of order), all trials are looked at once more.
         """
         trials = study._get_trials(deepcopy=False, use_cache=True)
         with self._lock:
             key = study_key(study)
             if key != self._study_key:
                 self._reset(key)
+            prefix, last = self._finished_prefix
+            if prefix > len(trials) or (prefix > 0 and trials[prefix - 1].number != last):
+                prefix = 0
             new: list[FrozenTrial] = []
-            prefix = self._finished_prefix
-            for position in range(self._finished_prefix, len(trials)):
+            for position in range(prefix, len(trials)):
                 trial = trials[position]
                 if trial.state == TrialState.COMPLETE and trial.number not in self._seen:
                     new.append(trial)
                 if position == prefix and trial.state.is_finished():
                     prefix += 1
-            self._finished_prefix = prefix
+            self._finished_prefix = (prefix, trials[prefix - 1].number if prefix else None)
             self._seen.update(t.number for t in new)
             self._add(new, study.direction)
 
@@ -108,7 +113,7 @@ class TrialObservations:
         self.best_point, self.best_value = None, -math.inf
         self._rows = _Rows(self.encoder.n_columns, self.feature_maps[0].n_features)
         self._seen = set()
-        self._finished_prefix = 0
+        self._finished_prefix = (0, None)
         self._study_key = key
 
     def _add(self, trials: list[FrozenTrial], direction: StudyDirection) -> None:
