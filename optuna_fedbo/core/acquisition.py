@@ -53,7 +53,12 @@ class LinearAcquisition:
         self._weights = weights
 
     def values(self, x: np.ndarray, *, features: np.ndarray | None = None) -> np.ndarray:
-        """Values at ``x``; ``features``: ``phi(x)`` if already computed."""
+        """Values at ``x``; ``features``: ``phi(x)`` if already computed.
+
+        Without ``features`` the features are the fast ones (to about ``2e-7``,
+        :func:`~optuna_fedbo.core.rff.fast_cos`): this scores candidates. Gradients
+        (:meth:`values_and_grads`) use exact features.
+        """
         return (self._features(x, fast=True) if features is None else features) @ self._weights
 
     def values_and_grads(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -79,6 +84,7 @@ class UpperConfidenceBound:
         self._sqrt_beta = float(np.sqrt(beta))
 
     def values(self, x: np.ndarray) -> np.ndarray:
+        """Values at ``x``, on fast features (as :meth:`LinearAcquisition.values`)."""
         mean, variance = self._posterior.predict(self._features(x, fast=True))
         return mean + self._sqrt_beta * np.sqrt(np.maximum(variance, 0.0))
 
@@ -314,7 +320,8 @@ class RegionwiseLinear:
         self._region_of = region_of
 
     def values(self, x: np.ndarray, *, features: np.ndarray | None = None) -> np.ndarray:
-        """Values at ``x``; ``features``: ``phi(x)`` if already computed."""
+        """Values at ``x``; ``features``: ``phi(x)`` if already computed (else fast ones, as
+        :meth:`LinearAcquisition.values`)."""
         phi = self._features(x, fast=True) if features is None else features
         return np.einsum("nm,nm->n", phi, self._weights[self._region_of(x)])
 
