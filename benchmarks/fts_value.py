@@ -15,6 +15,11 @@ budget of ``--trials`` trials. Side by side, on the same sites and seeds:
 * ``fts-v1``: the first release's default (shared lengthscale 0.2, per-participant
   standardization, 10 uniform initial points, local TS / broadcast by the ``1 - 1/t``
   schedule), for reference.
+* ``pooled-gp``: what sharing the raw data would give, without privacy: in lock-step rounds,
+  every site's local GP (:class:`~optuna_fedbo.LocalGPSampler`) is fitted to all sites'
+  trials so far (its own and, added to its study after each round, everyone else's, values as
+  observed on their own objectives). Not a method a federation can run; the ceiling of what
+  sharing can do for a site with this local model, for reference (not with DP).
 
 Problems:
 
@@ -365,6 +370,8 @@ def run_problem(
             if cached is not None:
                 os.makedirs(os.path.dirname(cached), exist_ok=True)
                 np.save(cached, curves[name])
+        elif name == "pooled-gp":
+            curves[name] = pooled_gp_curves(problem, n_trials, seed)[: len(sites)]
         elif name in federated_configs():
             config = federated_configs()[name]
             start = time.perf_counter()
@@ -385,6 +392,41 @@ def run_problem(
                 : len(sites) if problem.privacy is None else None
             ]
     return curves, facts
+
+
+def pooled_gp_curves(problem: Problem, n_trials: int, seed: int) -> np.ndarray:
+    """Best true value so far, shape ``(sites, n_trials)``, of local GPs on everyone's data."""
+    studies = [
+        optuna.create_study(
+            direction="maximize",
+            sampler=LocalGPSampler(seed=1000 * seed + n, n_startup_trials=5),
+        )
+        for n in range(len(problem.objectives))
+    ]
+    own_trials: list[list[optuna.trial.FrozenTrial]] = [[] for _ in studies]
+    for _ in range(n_trials):
+        new = []
+        for n, study in enumerate(studies):
+            trial = study.ask()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                study.tell(trial, problem.objectives[n](trial))
+            own_trials[n].append(study.trials[-1])
+            new.append(own_trials[n][-1])
+        for n, study in enumerate(studies):
+            study.add_trials(
+                optuna.trial.create_trial(
+                    params=t.params, distributions=t.distributions, value=t.value
+                )
+                for m, t in enumerate(new)
+                if m != n
+            )
+    return np.array(
+        [
+            np.maximum.accumulate([t.user_attrs.get(TRUE_ATTR, -np.inf) for t in trials])
+            for trials in own_trials
+        ]
+    )
 
 
 def _cache_path(
@@ -680,7 +722,7 @@ def main() -> None:
         problems = [(name, make) for name, make in problems if args.only in name]
     shard, n_shards = (int(k) for k in args.shard.split("/"))
     problems = problems[shard - 1 :: n_shards]
-    methods = [*stock_samplers(0), "local-gp", "local-ts", "fts", "fts-v1"]
+    methods = [*stock_samplers(0), "local-gp", "local-ts", "fts", "fts-v1", "pooled-gp"]
     if args.methods:
         methods = [m for m in methods if m in args.methods.split(",")]
     checkpoints = [t for t in (5, 10, 20, 40) if t <= args.trials]
@@ -691,8 +733,8 @@ def main() -> None:
         for seed in range(n_seeds):
             problem = make(seed)
             used = methods
-            if problem.privacy is not None:  # fts-v1 and local-ts add nothing there
-                used = [m for m in methods if m not in ("fts-v1", "local-ts")]
+            if problem.privacy is not None:  # fts-v1, local-ts and pooled-gp do not apply
+                used = [m for m in methods if m not in ("fts-v1", "local-ts", "pooled-gp")]
             curves, facts = run_problem(problem, args.trials, seed, used, args.stock_sites)
             per_seed.append(regrets(problem, curves))
             for k, v in facts.items():
