@@ -475,10 +475,14 @@ def feature_options(
     scales or with each site's scale window (:func:`~optuna_fedbo.core.rff.scale_window`) and
     noise chosen by marginal likelihood, with ``M`` = 100 and 200.
 
-    Two references that no federation can use, since they pool the sites' raw trials: the best
-    design point of all sites, and the maximizer of an exact GP fitted to all of them. Where
-    even that GP's maximizer is no better than the best point, the sites' trials together do
-    not locate the optimum, whatever the shared model.
+    Three references that no federation can use, since they pool the sites' raw trials: the
+    best design point of all sites, the maximizer of an exact GP fitted to all of them, and
+    that of the RFF posterior on the default features given all of them (the sites' summed
+    statistics, each site's values normalized as it would). Where even the exact GP's
+    maximizer is no better than the best point, the sites' trials together do not locate the
+    optimum, whatever the shared model; where the pooled RFF posterior is no better than the
+    average of the sites' posterior means, the shared features, not the aggregation, are the
+    limit.
     """
     from optuna_fedbo.core.gp import fit_gp
     from optuna_fedbo.core.local_model import normalization
@@ -498,7 +502,7 @@ def feature_options(
         "multi M=200 ML": (MULTISCALE_RANGE, 200, True),
         "multi by D": (None, 100, False),
     }
-    references = ("pooled: best point", "pooled: exact GP")
+    references = ("pooled: best point", "pooled: exact GP", "pooled: RFF (by D)")
     lengthscales = (0.02, 0.05, 0.1, 0.2, 0.5)
     print(
         f"\n## shared features: regret of the first broadcast's maximizer ({n_sites} sites x "
@@ -529,8 +533,23 @@ def feature_options(
                 pooled_mean = fit_gp(pooled, pooled_values, rng=rng).predict(
                     dense, return_std=False
                 )[0]
+                default_features = RandomFourierFeatures(
+                    dims, 100, multiscale_range(dims), seed=seed
+                )
+                pooled_statistics = SufficientStatistics(100)
+                for design, values in zip(designs, observed):
+                    mean, std = normalization(values, "shared", n_design)
+                    pooled_statistics.add(default_features(design), (values - mean) / std)
+                pooled_rff = default_features(dense) @ (
+                    pooled_statistics.posterior(1e-2, standardize=False).mean
+                )
                 for name, reached in zip(
-                    references, (pooled_truth.max(), truth[np.argmax(pooled_mean)])
+                    references,
+                    (
+                        pooled_truth.max(),
+                        truth[np.argmax(pooled_mean)],
+                        truth[np.argmax(pooled_rff)],
+                    ),
                 ):
                     scores[name].append((high - reached) / (high - low))
                 for name, (scale, m, select) in options.items():
