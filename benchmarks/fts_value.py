@@ -403,30 +403,24 @@ def pooled_gp_curves(problem: Problem, n_trials: int, seed: int) -> np.ndarray:
         )
         for n in range(len(problem.objectives))
     ]
-    own_trials: list[list[optuna.trial.FrozenTrial]] = [[] for _ in studies]
-    for _ in range(n_trials):
+    true_values = np.empty((len(studies), n_trials))
+    for t in range(n_trials):
         new = []
         for n, study in enumerate(studies):
             trial = study.ask()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                study.tell(trial, problem.objectives[n](trial))
-            own_trials[n].append(study.trials[-1])
-            new.append(own_trials[n][-1])
-        for n, study in enumerate(studies):
-            study.add_trials(
+                value = problem.objectives[n](trial)
+                study.tell(trial, value)
+            true_values[n, t] = trial.user_attrs.get(TRUE_ATTR, -np.inf)
+            new.append(
                 optuna.trial.create_trial(
-                    params=t.params, distributions=t.distributions, value=t.value
+                    params=trial.params, distributions=trial.distributions, value=value
                 )
-                for m, t in enumerate(new)
-                if m != n
             )
-    return np.array(
-        [
-            np.maximum.accumulate([t.user_attrs.get(TRUE_ATTR, -np.inf) for t in trials])
-            for trials in own_trials
-        ]
-    )
+        for n, study in enumerate(studies):
+            study.add_trials(shared for m, shared in enumerate(new) if m != n)
+    return np.maximum.accumulate(true_values, axis=1)
 
 
 def _cache_path(
