@@ -150,26 +150,23 @@ class _Rows:
 
     def __init__(self, n_columns: int, n_features: int) -> None:
         self._n = 0
-        self._buffers = (np.zeros((0, n_columns)), np.zeros((0, n_features)), np.zeros(0))
+        self._buffers = [np.zeros((0, n_columns)), np.zeros((0, n_features)), np.zeros(0)]
         self.points, self.features, self.targets = self._views()
 
     def append(self, points: np.ndarray, features: np.ndarray, targets: np.ndarray) -> None:
         n = self._n + len(targets)
-        if n > len(self._buffers[2]):
-            capacity = max(n, 2 * len(self._buffers[2]), 64)
-            grown = []
-            for buffer in self._buffers:
-                larger = np.zeros((capacity, *buffer.shape[1:]))
+        for k, rows in enumerate((points, features, targets)):
+            buffer = self._buffers[k]
+            if n > len(buffer):
+                larger = np.zeros((max(n, 2 * len(buffer), 64), *buffer.shape[1:]))
                 larger[: self._n] = buffer[: self._n]
-                grown.append(larger)
-            self._buffers = (grown[0], grown[1], grown[2])
-        for buffer, rows in zip(self._buffers, (points, features, targets)):
+                self._buffers[k] = buffer = larger
             buffer[self._n : n] = rows
         self._n = n
         self.points, self.features, self.targets = self._views()
 
-    def _views(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        views = tuple(buffer[: self._n] for buffer in self._buffers)
+    def _views(self) -> list[np.ndarray]:
+        views = [buffer[: self._n] for buffer in self._buffers]
         for view in views:
             view.flags.writeable = False
-        return views[0], views[1], views[2]
+        return views
