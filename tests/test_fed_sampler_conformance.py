@@ -24,6 +24,8 @@ from optuna.testing.pytest_samplers import SingleOnlySamplerTestCase
 import pytest
 
 from optuna_fedbo import FedSampler
+from optuna_fedbo.core.pooling import pack_blocks
+from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.federation import DPConfig
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
@@ -103,7 +105,17 @@ def _fts_federation(space, private: bool) -> Federation:
         seed=0,
     )
     fed.join("peer")
-    fed.upload("peer", np.random.default_rng(0).normal(size=16), n_observations=3, iteration=1)
+    rng = np.random.default_rng(0)
+    if fed.fts.aggregation == "pooled":  # the peer's statistics of three trials
+        x, y = rng.uniform(size=(3, fed.encoder.n_columns)), rng.normal(size=3)
+        blocks = []
+        for features in fed.pooling_features():
+            blocks.append(SufficientStatistics(features.n_features))
+            blocks[-1].add(features(x), y)
+        upload = pack_blocks(blocks)
+    else:
+        upload = rng.normal(size=16)
+    fed.upload("peer", upload, n_observations=3, iteration=1)
     assert FederationServer(fed).step(force=True) is not None  # broadcast 0 is published
     return fed
 

@@ -111,8 +111,26 @@ def test_fts_config_defaults_match_the_local_sampler() -> None:
     config = FTSConfig()
     assert config.lengthscale is None  # multi-scale shared features (issue 10)
     assert config.noise_variance == DEFAULT_NOISE_VARIANCE
-    assert config.aggregation == "weighted"
+    assert config.aggregation is None  # pooled statistics, or weighted vectors (resolve)
     assert presets.PAPER_ALGORITHM["lengthscale"] == DEFAULT_LENGTHSCALE
+
+
+def test_the_default_aggregation_pools_statistics_unless_dp_or_subregions_need_vectors() -> None:
+    encoder = SearchSpaceEncoder({"x": FloatDistribution(0.0, 1.0)})
+    assert FTSConfig().resolve(encoder, None).aggregation == "pooled"
+    assert FTSConfig().resolve(encoder, DPConfig(1.0, 0.5, 1.0)).aggregation == "weighted"
+    assert FTSConfig(n_subregions=2).resolve(encoder, None).aggregation == "weighted"
+    assert FTSConfig(aggregation="sample").resolve(encoder, None).aggregation == "sample"
+    with pytest.raises(ValueError, match="no sub-regions"):
+        FTSConfig(aggregation="pooled", n_subregions=2)
+    with pytest.raises(ValueError, match="n_features <= 300"):
+        FTSConfig(aggregation="pooled", n_features=301)
+    with pytest.raises(ValueError, match="sufficient statistics"):
+        FTSConfig(aggregation="pooled").check_privacy(DPConfig(1.0, 0.5, 1.0))
+    with pytest.raises(ValueError, match="upload_length needs a resolved"):
+        FTSConfig().upload_length  # noqa: B018
+    pooled = FTSConfig().resolve(encoder, None)
+    assert pooled.upload_length == 3 + 2 * 100 + 100 * 101 // 2 + 4 * (3 + 200 + 5050)
 
 
 def test_protocol_registry_round_trip_and_unknown_kind() -> None:

@@ -166,7 +166,7 @@ def test_uploads_are_oriented_and_standardized() -> None:
         from optuna_fedbo.federation.fts.messages import parse_upload
 
         upload = parse_upload(
-            raw, client_id="c0", round_index=0, config_hash=fed.config_hash, n_features=50
+            raw, client_id="c0", round_index=0, config_hash=fed.config_hash, length=50
         )
         assert upload.n_observations == 12 and upload.iteration == 0
         omegas.append(upload.omega)
@@ -250,7 +250,7 @@ def test_failed_pruned_and_nan_trials_are_not_modelled_but_still_upload() -> Non
     from optuna_fedbo.federation.fts.messages import parse_upload
 
     upload = parse_upload(
-        raw, client_id="c0", round_index=0, config_hash=fed.config_hash, n_features=50
+        raw, client_id="c0", round_index=0, config_hash=fed.config_hash, length=50
     )
     assert upload.n_observations == 4
 

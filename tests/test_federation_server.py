@@ -35,7 +35,8 @@ def _propagate_optuna_logs():
 
 
 def _federation(n_clients: int = 3, storage=None, **protocol) -> Federation:
-    config = FTSConfig(**{"n_features": M, "n_init": 1, **protocol})
+    # Vector uploads (the pooled statistics' server path is tested in test_pooling.py).
+    config = FTSConfig(**{"n_features": M, "n_init": 1, "aggregation": "weighted", **protocol})
     fed = Federation.create(
         "fed", search_space=SPACE, n_clients=n_clients, storage=storage, protocol=config, seed=7
     )
@@ -99,7 +100,7 @@ def test_joining_with_a_different_configuration_is_refused() -> None:
         search_space=SPACE,
         n_clients=3,
         storage=storage,
-        protocol=FTSConfig(n_features=M, n_init=1),
+        protocol=FTSConfig(n_features=M, n_init=1, aggregation="weighted"),
         seed=7,
         load_if_exists=True,
     )
@@ -110,7 +111,7 @@ def test_joining_with_a_different_configuration_is_refused() -> None:
             search_space={**SPACE, "y": FloatDistribution(-1.0, 1.0)},
             n_clients=3,
             storage=storage,
-            protocol=FTSConfig(n_features=M, n_init=1),
+            protocol=FTSConfig(n_features=M, n_init=1, aggregation="weighted"),
             seed=7,
             load_if_exists=True,
         )

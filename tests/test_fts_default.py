@@ -145,10 +145,11 @@ def test_a_late_joiner_uses_the_broadcast_from_its_first_trial() -> None:
     assert late.trials[0].system_attrs["fedbo:mode"] == "federated"
     assert late.trials[1].system_attrs["fedbo:mode"] == "init"
     # The first point maximizes the broadcast function g(x) = phi(x)^T omega.
-    omega = fed.latest_broadcast().vectors[0]
+    broadcast = fed.latest_broadcast()
+    omega = broadcast.vectors[0]
     grid = np.stack(np.meshgrid(*[np.linspace(0, 1, 101)] * 2), -1).reshape(-1, 2)
     first = np.array([[late.trials[0].params["x"], late.trials[0].params["y"]]])
-    g = fed.features()
+    g = fed.pooling_features()[broadcast.feature_block]
     assert (g(first) @ omega)[0] >= (g(grid) @ omega).max() - 1e-3
 
 

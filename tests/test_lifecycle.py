@@ -36,7 +36,7 @@ _names = itertools.count()
 
 
 def _fts(n_clients: int = 2, storage=None, **protocol) -> Federation:
-    config = FTSConfig(**{"n_features": 20, "n_init": 2, **protocol})
+    config = FTSConfig(**{"n_features": 20, "n_init": 2, "aggregation": "weighted", **protocol})
     return Federation.create(
         f"life-{next(_names)}", search_space=SPACE, n_clients=n_clients, storage=storage,
         protocol=config, seed=4,
@@ -220,7 +220,7 @@ def test_a_narrower_range_is_reported_accurately(propagate, caplog) -> None:
     # They are modelled and shared: the upload after the third trial stands on three trials.
     upload = parse_upload(
         fed.read_upload(0, "a"), client_id="a", round_index=0,
-        config_hash=fed.config_hash, n_features=20,
+        config_hash=fed.config_hash, length=20,
     )  # fmt: skip
     assert upload.n_observations == 3
 

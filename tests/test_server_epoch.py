@@ -31,7 +31,7 @@ def _federation(
         search_space=SPACE,
         n_clients=n_clients,
         storage=storage,
-        protocol=FTSConfig(n_features=M, n_init=1),
+        protocol=FTSConfig(n_features=M, n_init=1, aggregation="weighted"),
         privacy=privacy,
         seed=2,
     )

@@ -59,7 +59,7 @@ def test_a_four_site_dp_federation_reports_a_real_epsilon() -> None:
         f"four-{next(_names)}",
         search_space=SPACE,
         n_clients=4,
-        protocol=FTSConfig(n_features=M, n_init=1),
+        protocol=FTSConfig(n_features=M, n_init=1, aggregation="weighted"),
         privacy=DPConfig(1.0, 0.5, 3.0),
     )
     assert fed.privacy.epsilon(1, 4) > 0.1  # with delta 0.22 it was reported as 0
@@ -70,7 +70,7 @@ def _federation(n_clients: int) -> Federation:
         f"robust-{next(_names)}",
         search_space=SPACE,
         n_clients=n_clients,
-        protocol=FTSConfig(n_features=M, n_init=1),
+        protocol=FTSConfig(n_features=M, n_init=1, aggregation="weighted"),
     )
     for i in range(n_clients):
         fed.join(f"c{i}")

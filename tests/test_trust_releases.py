@@ -43,7 +43,7 @@ def _federation(n_clients: int = 3, storage: object = None, privacy: object = DP
         search_space=SPACE,
         n_clients=n_clients,
         storage=storage,
-        protocol=FTSConfig(n_features=M, n_init=1),
+        protocol=FTSConfig(n_features=M, n_init=1, aggregation="weighted"),
         privacy=privacy,
     )
     for i in range(n_clients):

@@ -35,7 +35,7 @@ def _federation(n_clients: int = 2, storage: object = None, **kwargs) -> Federat
         search_space=SPACE,
         n_clients=n_clients,
         storage=storage,
-        protocol=kwargs.pop("protocol", FTSConfig(n_features=M, n_init=1)),
+        protocol=kwargs.pop("protocol", FTSConfig(n_features=M, n_init=1, aggregation="weighted")),
         **kwargs,
     )
     for i in range(n_clients):

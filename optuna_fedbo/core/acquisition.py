@@ -52,6 +52,11 @@ class LinearAcquisition:
         self._features = features
         self._weights = weights
 
+    @property
+    def feature_map(self) -> RandomFourierFeatures:
+        """The features ``phi`` (what a ``features`` argument of :meth:`values` must be of)."""
+        return self._features
+
     def values(self, x: np.ndarray, *, features: np.ndarray | None = None) -> np.ndarray:
         """Values at ``x``; ``features``: ``phi(x)`` if already computed.
 
@@ -318,6 +323,11 @@ class RegionwiseLinear:
         self._features = features
         self._weights = weights
         self._region_of = region_of
+
+    @property
+    def feature_map(self) -> RandomFourierFeatures:
+        """The features ``phi`` (what a ``features`` argument of :meth:`values` must be of)."""
+        return self._features
 
     def values(self, x: np.ndarray, *, features: np.ndarray | None = None) -> np.ndarray:
         """Values at ``x``; ``features``: ``phi(x)`` if already computed (else fast ones, as

@@ -571,6 +571,10 @@ class Federation:
         """The shared random features ``phi`` (identical for everyone: public seed)."""
         return self._fts_channel().features()
 
+    def pooling_features(self) -> list[RandomFourierFeatures]:
+        """FTS with ``aggregation="pooled"``: the feature blocks statistics are kept on."""
+        return self._fts_channel().pooling_features()
+
     def partition(self) -> SubregionPartition:
         """The ``P`` equal-volume sub-regions of the encoded search space."""
         return self._fts_channel().partition()

@@ -30,6 +30,7 @@ from optuna_fedbo.core.gp import GPFitState
 from optuna_fedbo.core.gp import REFIT_FROM
 from optuna_fedbo.core.gp import update_gp
 from optuna_fedbo.core.local_model import normalization
+from optuna_fedbo.core.pooling import pack_blocks
 from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.core.threads import one_blas_thread
@@ -107,11 +108,13 @@ class FedThompsonSampler(FedSampler):
       ``phi(x)^T omega_n`` for the vector of one other agent drawn uniformly
       (``aggregation="sample"``, the original FTS). Without a broadcast it runs local TS.
 
-    In both cases, after every finished trial it fits its posterior over the shared random
-    features to its values, oriented for maximization and normalized as
-    ``FTSConfig.normalization`` says, and uploads
-    ``omega_{n,t}`` to the open round: the posterior mean by default, a posterior draw (the
-    papers' Thompson sample) with ``transfer="schedule"``. Errors there are logged, never
+    In both cases, after every finished trial it uploads to the open round: by default
+    (``aggregation="pooled"``) the sufficient statistics of its values, oriented for
+    maximization, on the shared random features and the single-scale feature blocks
+    (:mod:`optuna_fedbo.core.pooling`); otherwise ``omega_{n,t}`` from its posterior over the
+    shared features, fitted to its values normalized as ``FTSConfig.normalization`` says: the
+    posterior mean with ``transfer="prior"``, a posterior draw (the papers' Thompson sample)
+    with ``transfer="schedule"``. Errors there are logged, never
     raised into ``study.optimize``.
 
     The participant's trials stay in its own study; only ``omega`` leaves it. Asynchronous by
@@ -183,7 +186,12 @@ class FedThompsonSampler(FedSampler):
         self._features = federation.features()
         self._partition = federation.partition()
         self._space = {n: d for n, d in federation.search_space.items() if not d.single()}
-        self._observations = TrialObservations(self._encoder, [self._features])
+        # With aggregation="pooled" the statistics are also kept (and uploaded) on the
+        # single-scale feature blocks.
+        self._feature_maps = (
+            federation.pooling_features() if fts.aggregation == "pooled" else [self._features]
+        )
+        self._observations = TrialObservations(self._encoder, self._feature_maps)
         # The participant's own space-filling initial design (from its own seed).
         self._design_rng = np.random.default_rng(None if seed is None else [seed, 1])
         self._design: np.ndarray | None = None
@@ -408,6 +416,18 @@ class FedThompsonSampler(FedSampler):
     ) -> LinearAcquisition | RegionwiseLinear | None:
         """``g(x)``, the function a broadcast describes (``None`` if it offers nothing usable)."""
         vectors = broadcast.vectors
+        if broadcast.aggregation == "pooled":
+            block = broadcast.feature_block
+            if not 0 <= block < len(self._feature_maps) or len(vectors) != 1:
+                _logger.warning(f"Ignoring broadcast {broadcast.round}: no such feature block.")
+                return None
+            features = self._feature_maps[block]
+            if vectors.shape[1] != features.n_features:
+                _logger.warning(
+                    f"Ignoring broadcast {broadcast.round}: vectors of the wrong length."
+                )
+                return None
+            return LinearAcquisition(features, vectors[0])
         if vectors.shape[1] != self._fts.n_features:
             _logger.warning(f"Ignoring broadcast {broadcast.round}: vectors of the wrong length.")
             return None
@@ -466,9 +486,15 @@ class FedThompsonSampler(FedSampler):
                 # weight is about one where it has the shape of the participant's normalized
                 # values, however many participants it averages (which shrinks it) and however
                 # noisy.
-                reference = function.values(self._reference, features=self._reference_features)
+                # The features already computed, if the broadcast is on the shared ones.
+                shared = function.feature_map is self._features
+                reference = function.values(
+                    self._reference, features=self._reference_features if shared else None
+                )
                 shift, spread = float(reference.mean()), max(float(reference.std()), 1e-12)
-                at_points = (function.values(points, features=features) - shift) / spread
+                at_points = (
+                    function.values(points, features=features if shared else None) - shift
+                ) / spread
                 weight, _, _ = prior_weight(
                     posterior,
                     features.T @ at_points,
@@ -698,14 +724,16 @@ class FedThompsonSampler(FedSampler):
         """Upload the posterior given the stored trials and the finished one's ``value``."""
         with self._lock:
             self._observations.update(study)
-            statistics = self._observations.statistics[0]
+            blocks = self._observations.statistics
             extra = None
             if value is not None and self._encoder.contains(trial.params):
                 # after_trial runs before the trial is stored as complete: add it by hand.
-                statistics = _copy_statistics(statistics)
                 point = self._encoder.encode([trial.params])
                 extra = value
-                statistics.add(self._features(point), np.array([extra]))
+                blocks = [_copy_statistics(block) for block in blocks]
+                for block, features in zip(blocks, self._feature_maps):
+                    block.add(features(point), np.array([extra]))
+            statistics = blocks[0]
             n_observations = statistics.count
             if n_observations == 0:
                 _logger.debug(f"{self.client_id}: no observation yet, nothing to upload.")
@@ -715,9 +743,17 @@ class FedThompsonSampler(FedSampler):
             if extra is not None:
                 key = (study_key(study), n_observations, trial.number, location)
                 self._uploaded_posterior = (key, posterior)
-        # The papers share a Thompson sample; the default shares the posterior mean, the
-        # participant's best estimate (the average of samples is noisier at equal privacy).
-        omega = posterior.mean if self._fts.transfer == "prior" else posterior.sample(self._rng)
+        if self._fts.aggregation == "pooled":
+            # The statistics of the values themselves: the server pools them and standardizes
+            # everyone's values together (one scale; each participant's own normalization,
+            # from a few initial values, would differ from participant to participant).
+            omega = pack_blocks(blocks)
+        elif self._fts.transfer == "prior":
+            # The default without pooling shares the posterior mean, the participant's best
+            # estimate (the average of samples is noisier at equal privacy).
+            omega = posterior.mean
+        else:
+            omega = posterior.sample(self._rng)  # the papers: a Thompson sample
         round_index = self.federation.upload(
             self.client_id,
             omega,

@@ -14,6 +14,7 @@ import time
 import numpy as np
 import optuna
 
+from optuna_fedbo.core.pooling import pooling_feature_maps
 from optuna_fedbo.core.rff import multiscale_range
 from optuna_fedbo.core.rff import RandomFourierFeatures
 from optuna_fedbo.federation.federation import Federation
@@ -45,6 +46,7 @@ class FTSChannel:
         self.config: FTSConfig = federation.fts
         self._lock = threading.Lock()
         self._features: RandomFourierFeatures | None = None
+        self._pooling_features: list[RandomFourierFeatures] | None = None
         self._partition: SubregionPartition | None = None
         self._broadcast: Broadcast | None = None
         self._broadcast_trial: int | None = None
@@ -64,6 +66,15 @@ class FTSChannel:
                     seed=self.federation.seed,
                 )
             return self._features
+
+    def pooling_features(self) -> list[RandomFourierFeatures]:
+        """The feature blocks of ``aggregation="pooled"``: the shared features first, then the
+        single-scale blocks (:func:`optuna_fedbo.core.pooling.pooling_feature_maps`)."""
+        features = self.features()
+        with self._lock:
+            if self._pooling_features is None:
+                self._pooling_features = pooling_feature_maps(features)
+            return self._pooling_features
 
     def partition(self) -> SubregionPartition:
         """The ``P`` equal-volume sub-regions of the encoded search space."""
@@ -145,7 +156,8 @@ class FTSChannel:
 
         Args:
             client_id: The participant (must have joined).
-            omega: The vector, shape ``(M,)``, finite.
+            omega: The vector, shape ``(M,)``, finite; with ``aggregation="pooled"``, the
+                participant's packed statistics (:func:`optuna_fedbo.core.pooling.pack_blocks`).
             n_observations: Number of observations behind it.
             iteration: The participant's BO iteration (``<= 0`` during the initial design).
 
@@ -162,9 +174,9 @@ class FTSChannel:
                 "round will be published any more, so nothing is uploaded."
             )
         omega = np.asarray(omega, dtype=float)
-        n_features = self.config.n_features
-        if omega.shape != (n_features,):
-            raise ValueError(f"omega must have shape ({n_features},), got {omega.shape}.")
+        length = self.config.upload_length
+        if omega.shape != (length,):
+            raise ValueError(f"omega must have shape ({length},), got {omega.shape}.")
         if not np.all(np.isfinite(omega)):
             raise ValueError("omega contains NaN or infinity; it is not uploaded.")
         if self.federation.index_of(client_id) is None:

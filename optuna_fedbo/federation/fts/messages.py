@@ -34,7 +34,8 @@ class Upload:
     Attributes:
         client_id: The participant.
         round: The round it was sent for.
-        omega: The vector ``omega_{n,t}`` of shape ``(M,)``.
+        omega: The vector ``omega_{n,t}`` of shape ``(M,)``; with ``aggregation="pooled"``, the
+            participant's statistics packed by :func:`optuna_fedbo.core.pooling.pack_blocks`.
         n_observations: Number of the participant's observations behind the draw.
         iteration: The participant's BO iteration ``t`` (``<= 0`` during the initial design).
         sent_at: Participant's clock at sending (informative only).
@@ -85,7 +86,7 @@ def parse_upload(
     client_id: str,
     round_index: int,
     config_hash: str,
-    n_features: int,
+    length: int,
 ) -> Upload:
     """Parse and check an upload found under ``client_id``'s key of round ``round_index``.
 
@@ -113,8 +114,8 @@ def parse_upload(
         omega = decode_array(record.get("omega"))
     except ValueError as error:
         raise UploadRejected(f"malformed vector ({error})") from None
-    if omega.shape != (n_features,):
-        raise UploadRejected(f"vector of shape {omega.shape}, expected ({n_features},)")
+    if omega.shape != (length,):
+        raise UploadRejected(f"vector of shape {omega.shape}, expected ({length},)")
     if not np.all(np.isfinite(omega)):
         raise UploadRejected("vector contains NaN or infinity")
     if np.max(np.abs(omega), initial=0.0) > MAX_ABS_VALUE:
@@ -146,12 +147,15 @@ class Broadcast:
         round: The round index ``t``.
         aggregation: ``"weighted"``: ``vectors[i]`` is ``omega_t^(i)`` of sub-region ``i``;
             ``"sample"``: ``vectors`` holds the vectors of the agents that uploaded, in random
-            order, to draw from.
+            order, to draw from; ``"pooled"``: ``vectors[0]`` is the posterior mean given all
+            participants' statistics, on feature block ``feature_block``.
         vectors: Array of shape ``(P, M)`` or ``(K, M)`` (read-only).
         n_contributors: Number of participants whose vectors entered the round; -1 (withheld)
             under differential privacy, where the count would reveal participation.
         config_hash: Hash of the federation configuration.
         published_at: Server clock at publication.
+        feature_block: The features ``vectors`` are on: 0 for the shared features, ``k`` for
+            block ``k`` of :func:`optuna_fedbo.core.pooling.pooling_feature_maps`.
     """
 
     round: int
@@ -160,6 +164,7 @@ class Broadcast:
     n_contributors: int
     config_hash: str
     published_at: float
+    feature_block: int = 0
 
 
 def encode_broadcast(
@@ -169,19 +174,21 @@ def encode_broadcast(
     vectors: np.ndarray,
     n_contributors: int,
     config_hash: str,
+    feature_block: int = 0,
 ) -> str:
     """Serialize a broadcast."""
-    return canonical_json(
-        {
-            "format": MESSAGE_FORMAT,
-            "round": int(round_index),
-            "aggregation": aggregation,
-            "vectors": encode_array(vectors),
-            "n_contributors": int(n_contributors),
-            "config": config_hash,
-            "published_at": time.time(),
-        }
-    )
+    record = {
+        "format": MESSAGE_FORMAT,
+        "round": int(round_index),
+        "aggregation": aggregation,
+        "vectors": encode_array(vectors),
+        "n_contributors": int(n_contributors),
+        "config": config_hash,
+        "published_at": time.time(),
+    }
+    if feature_block:
+        record["feature_block"] = int(feature_block)
+    return canonical_json(record)
 
 
 def parse_broadcast(text: Any) -> Broadcast:
@@ -205,4 +212,5 @@ def parse_broadcast(text: Any) -> Broadcast:
         n_contributors=int(record["n_contributors"]),
         config_hash=str(record["config"]),
         published_at=published_at,
+        feature_block=int(record.get("feature_block", 0)),
     )

@@ -10,7 +10,8 @@ One round (DP-FTS-DE, Algorithm 1) is ``collect -> aggregate -> publish``:
    ``omega^(i) = sum_n phi_n^(i) omega_n`` with DP-FTS-DE's softmax weights
    (:func:`optuna_fedbo.core.weights.subregion_weights`, renormalized over the participants
    that uploaded); for ``aggregation="sample"`` (original FTS), the uploaded vectors themselves in
-   random order;
+   random order; for ``aggregation="pooled"`` (the default without differential privacy), the
+   posterior mean given all participants' summed statistics (:mod:`optuna_fedbo.core.pooling`);
 3. *publish*: sign the broadcast (with receipts of the uploads received in time) and stage it
    as a ``RUNNING`` trial, open the next round's uploads, then complete the trial and move the
    signed ``latest`` pointer, and finally discard the uploads.
@@ -46,10 +47,14 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
+from optuna_fedbo.core.pooling import pool
+from optuna_fedbo.core.pooling import select_posterior
+from optuna_fedbo.core.pooling import unpack_blocks
 from optuna_fedbo.core.weights import subregion_weights
 from optuna_fedbo.core.weights import WeightSchedule
 from optuna_fedbo.federation._polling import poll_rounds
 from optuna_fedbo.federation._uploads import UploadCollector
+from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fts.messages import encode_broadcast
 from optuna_fedbo.federation.fts.messages import parse_broadcast
@@ -262,8 +267,9 @@ class FTSServer(FederationServer):
                 return None
             private = entry = None
             phi_max = 0.0
+            feature_block = 0
             if self._ledger is None:
-                vectors = self._aggregate(round_index, uploads)
+                vectors, feature_block = self._aggregate(round_index, uploads)
                 contributors = tuple(u.client_id for u in uploads)
             else:
                 if self._ledger.would_exceed():
@@ -278,6 +284,7 @@ class FTSServer(FederationServer):
                 vectors=vectors,
                 n_contributors=len(uploads) if private is None else -1,
                 config_hash=self.federation.config_hash,
+                feature_block=feature_block,
             )
             if self._ledger is not None and private is not None:
                 # Accounted (persistently, bound to the payload) before it exists anywhere; by
@@ -309,16 +316,22 @@ class FTSServer(FederationServer):
 
     def _collect(self, round_index: int) -> tuple[list[Upload], tuple[tuple[str, str], ...]]:
         config_hash = self.federation.config_hash
-        n_features = self._fts.n_features
+        length = self._fts.upload_length
 
         def parse(client_id: str, text: str) -> Upload:
-            return parse_upload(
+            upload = parse_upload(
                 text,
                 client_id=client_id,
                 round_index=round_index,
                 config_hash=config_hash,
-                n_features=n_features,
+                length=length,
             )
+            if self._fts.aggregation == "pooled":
+                try:
+                    unpack_blocks(upload.omega, self._fts.n_features)
+                except ValueError as error:
+                    raise UploadRejected(f"inconsistent statistics ({error})") from None
+            return upload
 
         valid, rejected = self._uploads.collect(
             self._store.read_uploads(round_index), round_index, parse
@@ -344,13 +357,27 @@ class FTSServer(FederationServer):
             return "timeout"
         return None
 
-    def _aggregate(self, round_index: int, uploads: list[Upload]) -> np.ndarray:
-        """The non-private aggregation, robust to a few poisoned vectors.
+    def _aggregate(self, round_index: int, uploads: list[Upload]) -> tuple[np.ndarray, int]:
+        """The non-private aggregation, robust to a few poisoned uploads; and its feature block.
 
-        Every vector is clipped to ``ROBUST_CLIP_FACTOR`` times the median norm of the round's
-        vectors (from 3 uploads on): honest draws are heavy-tailed (99th percentile about 8x
-        the median), a poisoned one cannot outweigh the others by more than that factor.
+        ``"pooled"``: the posterior mean given the participants' summed statistics, each
+        participant counting for at most ``ROBUST_CLIP_FACTOR`` times the median participant's
+        observations (:func:`~optuna_fedbo.core.pooling.pool`), on the feature block and with
+        the noise variance of largest marginal likelihood.
+
+        Otherwise every vector is clipped to ``ROBUST_CLIP_FACTOR`` times the median norm of
+        the round's vectors (from 3 uploads on): honest draws are heavy-tailed (99th
+        percentile about 8x the median), a poisoned one cannot outweigh the others by more
+        than that factor.
         """
+        if self._fts.aggregation == "pooled":
+            per_upload = [unpack_blocks(u.omega, self._fts.n_features) for u in uploads]
+            pooled = [
+                pool([blocks[k] for blocks in per_upload], robust_factor=ROBUST_CLIP_FACTOR)
+                for k in range(len(per_upload[0]))
+            ]
+            block, posterior = select_posterior(pooled)
+            return posterior.mean[None, :], block
         omegas = np.stack([u.omega for u in uploads])
         if len(omegas) >= 3:
             norms = _norms(omegas)
@@ -361,7 +388,7 @@ class FTSServer(FederationServer):
             # Public randomness (no privacy is at stake without DP): reproducible from the
             # federation's seed, so research runs with a fixed seed repeat exactly.
             order = np.random.default_rng([self.federation.seed, round_index])
-            return omegas[order.permutation(len(omegas))]
+            return omegas[order.permutation(len(omegas))], 0
         indices = np.array([self.federation.index_of(u.client_id) for u in uploads])
         weights = subregion_weights(
             self.federation.assignment(),
@@ -369,7 +396,7 @@ class FTSServer(FederationServer):
             round_index=round_index,
             schedule=self._weights,
         )
-        return np.array(aggregate(omegas, indices, weights, mechanism=None).vectors)
+        return np.array(aggregate(omegas, indices, weights, mechanism=None).vectors), 0
 
     def _privatize(
         self, round_index: int, uploads: list[Upload]

@@ -1,0 +1,294 @@
+"""Pooled statistics (``aggregation="pooled"``, the default without DP): the math core, the
+server's aggregation and checks, and the participant's upload."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import optuna
+from optuna.distributions import FloatDistribution
+import pytest
+
+from optuna_fedbo.core.pooling import pack
+from optuna_fedbo.core.pooling import pack_blocks
+from optuna_fedbo.core.pooling import packed_blocks_length
+from optuna_fedbo.core.pooling import pool
+from optuna_fedbo.core.pooling import pooling_feature_maps
+from optuna_fedbo.core.pooling import select_posterior
+from optuna_fedbo.core.pooling import unpack
+from optuna_fedbo.core.pooling import unpack_blocks
+from optuna_fedbo.core.posterior import SufficientStatistics
+from optuna_fedbo.core.rff import RandomFourierFeatures
+from optuna_fedbo.federation import DPConfig
+from optuna_fedbo.federation import Federation
+from optuna_fedbo.federation import FederationServer
+from optuna_fedbo.federation import FTSConfig
+from optuna_fedbo.federation.fts.messages import encode_upload
+from optuna_fedbo.federation.fts.messages import parse_upload
+from optuna_fedbo.samplers import FedThompsonSampler
+
+SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
+M = 12
+
+
+@pytest.fixture(autouse=True)
+def _propagate_optuna_logs():
+    optuna.logging.enable_propagation()
+    yield
+    optuna.logging.disable_propagation()
+
+
+def _statistics(features: RandomFourierFeatures, x: np.ndarray, y: np.ndarray):
+    statistics = SufficientStatistics(features.n_features)
+    statistics.add(features(x), y)
+    return statistics
+
+
+def _data(seed: int, n: int = 6) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(size=(n, 2))
+    return x, np.sin(3 * x[:, 0]) + x[:, 1] ** 2 + 0.01 * rng.standard_normal(n)
+
+
+# ------------------------------------------------------------------------------ math core
+def test_pooled_statistics_give_exactly_the_posterior_of_all_observations() -> None:
+    features = RandomFourierFeatures(2, M, 0.3, seed=0)
+    parts = [_data(seed) for seed in range(4)]
+    pooled = pool([unpack(pack(_statistics(features, x, y)), M) for x, y in parts])
+    everything = _statistics(
+        features, np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])
+    )
+    for name in ("gram", "feature_sum", "feature_target"):
+        np.testing.assert_allclose(getattr(pooled, name), getattr(everything, name), atol=1e-12)
+    assert pooled.count == everything.count == 24
+    np.testing.assert_allclose(
+        pooled.posterior(1e-2).mean, everything.posterior(1e-2).mean, atol=1e-10
+    )
+
+
+def test_standardized_statistics_are_those_of_the_standardized_values() -> None:
+    features = RandomFourierFeatures(2, M, 0.3, seed=0)
+    x, y = _data(1)
+    mean, std = 0.4, 2.5
+    direct = _statistics(features, x, (y - mean) / std)
+    derived = _statistics(features, x, y).standardized(mean, std)
+    for name in ("gram", "feature_sum", "feature_target", "target_sum", "target_square_sum"):
+        np.testing.assert_allclose(getattr(derived, name), getattr(direct, name), atol=1e-12)
+
+
+def test_blocks_round_trip_and_have_the_announced_length() -> None:
+    shared = RandomFourierFeatures(2, M, (0.02, 0.5), seed=3)
+    maps = pooling_feature_maps(shared)
+    assert maps[0] is shared and [f.lengthscale for f in maps[1:]] == [0.05, 0.1, 0.2, 0.5]
+    x, y = _data(2)
+    vector = pack_blocks([_statistics(f, x, y) for f in maps])
+    assert vector.shape == (packed_blocks_length(M),)
+    for block, features in zip(unpack_blocks(vector, M), maps):
+        np.testing.assert_allclose(block.gram, _statistics(features, x, y).gram, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("tamper", "reason"),
+    [
+        (lambda v: v[:-1], "length"),
+        (lambda v: np.where(np.arange(len(v)) == 5, np.nan, v), "NaN"),
+        (lambda v: np.concatenate([[2.5], v[1:]]), "positive integer"),
+        (lambda v: np.concatenate([[0.0], v[1:]]), "positive integer"),
+        (lambda v: np.concatenate([v[:1] * 3, v[1:]]), "trace"),  # claims 3x the observations
+        (lambda v: np.concatenate([v[: 3 + M], v[3 + M : 3 + 2 * M] * 50, v[3 + 2 * M :]]),
+         "feature-value sums"),
+        (lambda v: np.concatenate([v[:2], [0.0], v[3:]]), "squared values"),
+    ],
+)  # fmt: skip
+def test_statistics_no_observations_can_give_are_refused(tamper, reason) -> None:
+    features = RandomFourierFeatures(2, M, 0.3, seed=0)
+    x, y = _data(4)
+    vector = pack(_statistics(features, x, y + 3.0))
+    unpack(vector, M)  # the honest one passes
+    with pytest.raises(ValueError, match=reason):
+        unpack(tamper(vector), M)
+
+
+def test_blocks_of_different_values_are_refused() -> None:
+    maps = pooling_feature_maps(RandomFourierFeatures(2, M, (0.02, 0.5), seed=3))
+    x, y = _data(2)
+    blocks = [_statistics(f, x, y) for f in maps]
+    blocks[2] = _statistics(maps[2], x, y + 1.0)
+    with pytest.raises(ValueError, match="not of the same values"):
+        unpack_blocks(pack_blocks(blocks), M)
+
+
+def test_one_participant_claiming_many_observations_weighs_at_most_ten_median_ones() -> None:
+    features = RandomFourierFeatures(2, M, 0.3, seed=0)
+    honest = [_statistics(features, *_data(seed)) for seed in range(3)]
+    x = np.random.default_rng(9).uniform(size=(600, 2))
+    loud = _statistics(features, x, np.full(600, 5.0))
+    pooled = pool([*honest, loud])
+    # 10 x the median count (6) of the loud one's 600 observations enter: weight 0.1.
+    expected = sum(s.gram for s in honest) + 0.1 * loud.gram
+    np.testing.assert_allclose(pooled.gram, expected, atol=1e-10)
+    assert pooled.count == 18 + 60
+    np.testing.assert_allclose(pool(honest).gram, sum(s.gram for s in honest), atol=1e-12)
+
+
+def test_one_participant_with_values_of_another_scale_is_weighed_down() -> None:
+    features = RandomFourierFeatures(2, M, 0.3, seed=0)
+    parts = [_data(seed) for seed in range(4)]
+    honest = [_statistics(features, x, y) for x, y in parts[:3]]
+    x, y = parts[3]
+    loud = _statistics(features, x, 1000.0 * y)
+    spreads = [s.standardization()[1] for s in [*honest, loud]]
+    weight = (10 * np.median(spreads) / spreads[-1]) ** 2
+    assert weight < 1e-3
+    pooled = pool([*honest, loud])
+    np.testing.assert_allclose(
+        pooled.feature_target,
+        sum(s.feature_target for s in honest) + weight * loud.feature_target,
+        rtol=1e-10,
+    )
+    # Values of the same scale, if shifted or scaled within the bound, keep their full weight.
+    similar = _statistics(features, x, 3.0 * y + 1.0)
+    np.testing.assert_allclose(
+        pool([*honest, similar]).gram, sum(s.gram for s in [*honest, similar]), atol=1e-12
+    )
+
+
+@pytest.mark.parametrize(
+    ("dims", "lengthscale", "expected"),
+    # A smooth function: the 0.5 block. A rough one: the shared multi-scale features (down to
+    # 0.02) or the 0.05 block, never a smooth block.
+    [(2, 0.5, (4,)), (1, 0.05, (0, 1))],
+)
+def test_the_evidence_picks_a_block_of_the_functions_scale(dims, lengthscale, expected) -> None:
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        truth = RandomFourierFeatures(dims, 2000, lengthscale, seed=11 + seed)
+        weights = rng.standard_normal(2000)
+        maps = pooling_feature_maps(RandomFourierFeatures(dims, 100, (0.02, 0.5), seed=5))
+        x = rng.uniform(size=(120, dims))
+        y = truth(x) @ weights + 0.01 * rng.standard_normal(120)
+        block, posterior = select_posterior([_statistics(f, x, y) for f in maps])
+        assert block in expected
+        assert posterior.n_features == maps[block].n_features
+
+
+# -------------------------------------------------------------------------------- server
+def _federation(n_clients: int = 3, **protocol) -> Federation:
+    config = FTSConfig(**{"n_features": M, "n_init": 2, **protocol})
+    fed = Federation.create("pooled", search_space=SPACE, n_clients=n_clients, protocol=config)
+    for i in range(n_clients):
+        fed.join(f"c{i}")
+    return fed
+
+
+def _upload_data(fed: Federation, client: str, seed: int) -> SufficientStatistics:
+    x, y = _data(seed)
+    vector = pack_blocks([_statistics(f, x, y) for f in fed.pooling_features()])
+    fed.upload(client, vector, n_observations=len(y), iteration=0)
+    return unpack_blocks(vector, M)
+
+
+def test_the_default_federation_pools_and_broadcasts_the_posterior_of_everyones_data() -> None:
+    fed = _federation()
+    assert fed.fts.aggregation == "pooled"
+    server = FederationServer(fed)
+    blocks = [_upload_data(fed, f"c{i}", seed=i) for i in range(3)]
+    report = server.step()
+    assert report is not None and report.n_contributors == 3
+    broadcast = fed.latest_broadcast()
+    assert broadcast.aggregation == "pooled" and broadcast.vectors.shape[0] == 1
+    pooled = [pool([b[k] for b in blocks]) for k in range(5)]
+    block, posterior = select_posterior(pooled)
+    assert broadcast.feature_block == block
+    np.testing.assert_allclose(broadcast.vectors[0], posterior.mean, atol=1e-12)
+
+
+def test_inconsistent_statistics_are_rejected_logged_and_never_pooled(caplog) -> None:
+    fed = _federation(n_clients=2)
+    server = FederationServer(fed)
+    honest = _upload_data(fed, "c0", seed=0)
+    x, y = _data(1)
+    forged = pack_blocks([_statistics(f, x, y) for f in fed.pooling_features()])
+    forged[0] = 1000.0  # claims 1,000 observations behind six
+    fed.send_upload(
+        "c1",
+        0,
+        encode_upload(
+            config_hash=fed.config_hash,
+            round_index=0,
+            client_id="c1",
+            omega=forged,
+            n_observations=1000,
+            iteration=0,
+        ),
+    )
+    with caplog.at_level(logging.WARNING):
+        report = server.step(force=True)
+    assert report.contributors == ("c0",)
+    assert "inconsistent statistics" in dict(report.rejected)["c1"]
+    _, posterior = select_posterior(honest)
+    np.testing.assert_allclose(fed.latest_broadcast().vectors[0], posterior.mean, atol=1e-12)
+
+
+def test_a_vector_of_the_wrong_length_is_refused_before_it_is_sent() -> None:
+    fed = _federation(n_clients=1)
+    with pytest.raises(ValueError, match=f"shape \\({packed_blocks_length(M)},\\)"):
+        fed.upload("c0", np.zeros(M), n_observations=1, iteration=0)
+
+
+def test_a_dp_federation_keeps_vector_uploads() -> None:
+    privacy = DPConfig(noise_multiplier=1.0, sample_rate=1.0, clip_norm=1.0)
+    fed = Federation.create("dp", search_space=SPACE, n_clients=2, privacy=privacy)
+    assert fed.fts.aggregation == "weighted" and fed.fts.upload_length == fed.fts.n_features
+    with pytest.raises(ValueError, match="sufficient statistics"):
+        Federation.create(
+            "dp2", search_space=SPACE, n_clients=2, protocol=FTSConfig(aggregation="pooled"),
+            privacy=privacy,
+        )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- participant
+def test_participants_upload_the_statistics_of_their_oriented_values() -> None:
+    fed = _federation(n_clients=1, n_init=4)
+    sampler = FedThompsonSampler(fed, "c0", seed=3)
+    study = optuna.create_study(direction="minimize", sampler=sampler)
+    study.optimize(lambda t: 100.0 * (t.suggest_float("x", 0, 1) - t.suggest_float("y", 0, 1)), 4)
+    upload = parse_upload(
+        fed.read_upload(0, "c0"),
+        client_id="c0",
+        round_index=0,
+        config_hash=fed.config_hash,
+        length=fed.fts.upload_length,
+    )
+    blocks = unpack_blocks(upload.omega, M)
+    points = np.array([[t.params["x"], t.params["y"]] for t in study.trials])
+    values = -np.array([t.value for t in study.trials])  # oriented for maximization
+    for block, features in zip(blocks, fed.pooling_features()):
+        expected = _statistics(features, points, values)
+        np.testing.assert_allclose(block.feature_target, expected.feature_target, atol=1e-9)
+        np.testing.assert_allclose(block.gram, expected.gram, atol=1e-12)
+        assert block.count == 4
+
+
+def test_a_pooled_broadcast_on_a_single_scale_block_guides_the_participant() -> None:
+    """Participants use the broadcast's block; its maximizer is a late joiner's first point."""
+    fed = _federation(n_clients=2, n_init=6)
+    server = FederationServer(fed)
+
+    def objective(trial: optuna.Trial) -> float:
+        x, y = trial.suggest_float("x", 0, 1), trial.suggest_float("y", 0, 1)
+        return -((x - 0.8) ** 2) - (y - 0.3) ** 2
+
+    early = optuna.create_study(direction="maximize", sampler=FedThompsonSampler(fed, "c0"))
+    early.optimize(objective, n_trials=6)
+    server.step(force=True)
+    broadcast = fed.latest_broadcast()
+    late = optuna.create_study(direction="maximize", sampler=FedThompsonSampler(fed, "c1"))
+    late.optimize(objective, n_trials=1)
+    assert late.trials[0].system_attrs["fedbo:mode"] == "federated"
+    g = fed.pooling_features()[broadcast.feature_block]
+    grid = np.stack(np.meshgrid(*[np.linspace(0, 1, 101)] * 2), -1).reshape(-1, 2)
+    first = np.array([[late.trials[0].params["x"], late.trials[0].params["y"]]])
+    values = g(grid) @ broadcast.vectors[0]
+    assert (g(first) @ broadcast.vectors[0])[0] >= values.max() - 1e-3
