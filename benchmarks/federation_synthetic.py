@@ -160,6 +160,7 @@ def fts_config(**overrides) -> FTSConfig:
         "noise_variance": MODEL_NOISE,
         "n_init": N_INIT,
         "n_subregions": 1,
+        "aggregation": "weighted",
         "weight_hold_rounds": 5,
         "weight_decay_rounds": 5,
         "schedule": "1-1/sqrt(t)",

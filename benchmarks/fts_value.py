@@ -9,8 +9,10 @@ budget of ``--trials`` trials. Side by side, on the same sites and seeds:
   default's local model without the federation) and ``local-ts`` (RFF Thompson sampling);
 * ``fts``: :class:`~optuna_fedbo.FedThompsonSampler` with the default :class:`FTSConfig`
   (multi-scale shared features, space-filling initial design, shared normalization, the
-  broadcast as a weighted prior mean of the local GP, dropped for the GP alone while it
-  orders the latest trials worse than the GP alone does), run with
+  server's posterior given everyone's pooled statistics without DP and the average of the
+  sites' posterior means with it, the broadcast as a weighted prior mean of the local GP,
+  dropped for the GP alone while it orders the latest trials worse than the GP alone does),
+  run with
   :func:`~optuna_fedbo.simulation.simulate` in lock-step rounds;
 * ``fts-v1``: the first release's default (shared lengthscale 0.2, per-participant
   standardization, 10 uniform initial points, local TS / broadcast by the ``1 - 1/t``
@@ -326,6 +328,7 @@ def federated_configs() -> dict[str, FTSConfig]:
     return {
         "fts": FTSConfig(),
         "fts-v1": FTSConfig(
+            aggregation="weighted",
             n_features=100,
             lengthscale=0.2,
             normalization="participant",
@@ -462,24 +465,27 @@ def feature_options(
     On GP draws (lengthscales 0.02-0.5, in the dimensions asked for), ``n_sites`` sites each fit
     the RFF posterior to their own Latin-hypercube design of ``n_design`` points (values
     normalized by the design) and the broadcast is the average of their posterior means (the
-    default's aggregation without DP). Reported: the regret of the broadcast's maximizer
-    (``max f - f(argmax g)``), mean over seed functions. Features: SE with one lengthscale
-    (0.2: the first release; 0.05), and multi-scale (log-uniform 0.02-0.5, and the default's
-    range for the dimension, :func:`~optuna_fedbo.core.rff.multiscale_range`) with equal prior
-    scales or with each site's scale window (:func:`~optuna_fedbo.core.rff.scale_window`) and
-    noise chosen by marginal likelihood, with ``M`` = 100 and 200.
+    aggregation ``"weighted"``, which differential privacy needs). Reported: the regret of the
+    broadcast's maximizer (``max f - f(argmax g)``), mean over seed functions. Features: SE
+    with one lengthscale (0.2: the first release; 0.05), and multi-scale (log-uniform 0.02-0.5,
+    and the default's range for the dimension,
+    :func:`~optuna_fedbo.core.rff.multiscale_range`) with equal prior scales or with each
+    site's scale window (:func:`~optuna_fedbo.core.rff.scale_window`) and noise chosen by
+    marginal likelihood, with ``M`` = 100 and 200.
 
-    Three references that no federation can use, since they pool the sites' raw trials: the
-    best design point of all sites, the maximizer of an exact GP fitted to all of them, and
-    that of the RFF posterior on the default features given all of them (the sites' summed
-    statistics, each site's values normalized as it would). Where even the exact GP's
-    maximizer is no better than the best point, the sites' trials together do not locate the
-    optimum, whatever the shared model; where the pooled RFF posterior is no better than the
-    average of the sites' posterior means, the shared features, not the aggregation, are the
-    limit.
+    Two references that no federation can use, since they pool the sites' raw trials: the
+    best design point of all sites and the maximizer of an exact GP fitted to all of them.
+    Where even the exact GP's maximizer is no better than the best point, the sites' trials
+    together do not locate the optimum, whatever the shared model. And the default without
+    DP, ``aggregation="pooled"``: the posterior given the sites' summed statistics (of their
+    values themselves, standardized together by the server) on the block of features of
+    largest evidence (:mod:`optuna_fedbo.core.pooling`; 100 shared features here).
     """
     from optuna_fedbo.core.gp import fit_gp
     from optuna_fedbo.core.local_model import normalization
+    from optuna_fedbo.core.pooling import pool
+    from optuna_fedbo.core.pooling import pooling_feature_maps
+    from optuna_fedbo.core.pooling import select_posterior
     from optuna_fedbo.core.posterior import SufficientStatistics
     from optuna_fedbo.core.rff import MULTISCALE_RANGE
     from optuna_fedbo.core.rff import multiscale_range
@@ -496,7 +502,7 @@ def feature_options(
         "multi M=200 ML": (MULTISCALE_RANGE, 200, True),
         "multi by D": (None, 100, False),
     }
-    references = ("pooled: best point", "pooled: exact GP", "pooled: RFF (by D)")
+    references = ("pooled: best point", "pooled: exact GP", "pooled statistics (default)")
     lengthscales = (0.02, 0.05, 0.1, 0.2, 0.5)
     print(
         f"\n## shared features: regret of the first broadcast's maximizer ({n_sites} sites x "
@@ -530,13 +536,17 @@ def feature_options(
                 default_features = RandomFourierFeatures(
                     dims, 100, multiscale_range(dims), seed=seed
                 )
-                pooled_statistics = SufficientStatistics(100)
+                # The default's server: the sites' statistics on the feature blocks, pooled.
+                blocks = pooling_feature_maps(default_features)
+                site_statistics = []
                 for design, values in zip(designs, observed):
-                    mean, std = normalization(values, "shared", n_design)
-                    pooled_statistics.add(default_features(design), (values - mean) / std)
-                pooled_rff = default_features(dense) @ (
-                    pooled_statistics.posterior(1e-2, standardize=False).mean
+                    site_statistics.append([SufficientStatistics(f.n_features) for f in blocks])
+                    for statistics, features in zip(site_statistics[-1], blocks):
+                        statistics.add(features(design), values)
+                block, posterior = select_posterior(
+                    [pool([site[k] for site in site_statistics]) for k in range(len(blocks))]
                 )
+                pooled_rff = blocks[block](dense) @ posterior.mean
                 for name, reached in zip(
                     references,
                     (
