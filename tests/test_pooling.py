@@ -231,6 +231,14 @@ def test_inconsistent_statistics_are_rejected_logged_and_never_pooled(caplog) ->
     np.testing.assert_allclose(fed.latest_broadcast().vectors[0], posterior.mean, atol=1e-12)
 
 
+def test_the_largest_pooled_upload_fits_the_upload_bound() -> None:
+    fed = _federation(n_clients=1, n_features=300)
+    x, y = _data(0, n=40)
+    vector = pack_blocks([_statistics(f, x, y) for f in fed.pooling_features()])
+    fed.upload("c0", vector, n_observations=40, iteration=0)  # sealed: about 950,000 characters
+    assert FederationServer(fed).step(force=True).n_contributors == 1
+
+
 def test_a_vector_of_the_wrong_length_is_refused_before_it_is_sent() -> None:
     fed = _federation(n_clients=1)
     with pytest.raises(ValueError, match=f"shape \\({packed_blocks_length(M)},\\)"):
