@@ -32,13 +32,6 @@ SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
 M = 12
 
 
-@pytest.fixture(autouse=True)
-def _propagate_optuna_logs():
-    optuna.logging.enable_propagation()
-    yield
-    optuna.logging.disable_propagation()
-
-
 def _statistics(features: RandomFourierFeatures, x: np.ndarray, y: np.ndarray):
     statistics = SufficientStatistics(features.n_features)
     statistics.add(features(x), y)
@@ -204,13 +197,16 @@ def test_the_default_federation_pools_and_broadcasts_the_posterior_of_everyones_
     np.testing.assert_allclose(broadcast.vectors[0], posterior.mean, atol=1e-12)
 
 
+@pytest.mark.usefixtures("propagate")
 def test_inconsistent_statistics_are_rejected_logged_and_never_pooled(caplog) -> None:
     fed = _federation(n_clients=2)
     server = FederationServer(fed)
     honest = _upload_data(fed, "c0", seed=0)
     x, y = _data(1)
-    forged = pack_blocks([_statistics(f, x, y) for f in fed.pooling_features()])
-    forged[0] = 1000.0  # claims 1,000 observations behind six
+    blocks = [_statistics(f, x, y) for f in fed.pooling_features()]
+    for block in blocks:
+        block.count = 1000  # claims 1,000 observations behind six
+    forged = pack_blocks(blocks)
     fed.send_upload(
         "c1",
         0,
@@ -227,6 +223,7 @@ def test_inconsistent_statistics_are_rejected_logged_and_never_pooled(caplog) ->
         report = server.step(force=True)
     assert report.contributors == ("c0",)
     assert "inconsistent statistics" in dict(report.rejected)["c1"]
+    assert any("inconsistent statistics" in r.getMessage() for r in caplog.records)
     _, posterior = select_posterior(honest)
     np.testing.assert_allclose(fed.latest_broadcast().vectors[0], posterior.mean, atol=1e-12)
 
