@@ -74,7 +74,7 @@ class RoundReport:
         budget_exhausted: True on the report of the round refused for the budget.
         upload_norms: L2 norms of the valid uploaded vectors (server-side information, not
             published), from which a researcher chooses the clip norm ``S`` the papers' way:
-            so that a small fraction of the vectors is clipped.
+            so that a small fraction of the vectors is clipped. Empty for pooled statistics.
     """
 
     round: int

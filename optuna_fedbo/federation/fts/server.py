@@ -310,7 +310,9 @@ class FTSServer(FederationServer):
                 payload,
                 private,
                 entry,
-                tuple(float(np.linalg.norm(u.omega)) for u in uploads),
+                ()
+                if self._fts.aggregation == "pooled"
+                else tuple(float(np.linalg.norm(u.omega)) for u in uploads),
             )
             return self._publish()
 
