@@ -18,6 +18,7 @@ from optuna_fedbo.core.pooling import pooling_feature_maps
 from optuna_fedbo.core.pooling import select_posterior
 from optuna_fedbo.core.pooling import unpack
 from optuna_fedbo.core.pooling import unpack_blocks
+from optuna_fedbo.core.pooling import without_offset
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.core.rff import RandomFourierFeatures
 from optuna_fedbo.federation import DPConfig
@@ -46,18 +47,29 @@ def _data(seed: int, n: int = 6) -> tuple[np.ndarray, np.ndarray]:
 
 # ------------------------------------------------------------------------------ math core
 def test_pooled_statistics_give_exactly_the_posterior_of_all_observations() -> None:
+    """... under the model with an offset of its own per participant (flat prior)."""
     features = RandomFourierFeatures(2, M, 0.3, seed=0)
     parts = [_data(seed) for seed in range(4)]
+    parts = [(x, y + offset) for (x, y), offset in zip(parts, (0.0, 3.0, -2.0, 0.5))]
     pooled = pool([unpack(pack(_statistics(features, x, y)), M) for x, y in parts])
-    everything = _statistics(
-        features, np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])
-    )
-    for name in ("gram", "feature_sum", "feature_target"):
-        np.testing.assert_allclose(getattr(pooled, name), getattr(everything, name), atol=1e-12)
-    assert pooled.count == everything.count == 24
+    assert pooled.count == 24
+    # All observations in one regression: the shared features plus one indicator column per
+    # participant, whose weight (the offset) has a prior so broad that it is flat.
+    design = np.zeros((24, M + 4))
+    for k, (x, _) in enumerate(parts):
+        design[6 * k : 6 * (k + 1), :M] = features(x)
+        design[6 * k : 6 * (k + 1), M + k] = 1.0
+    targets = np.concatenate([y for _, y in parts])
+    everything = SufficientStatistics(M + 4)
+    everything.add(design, targets)
+    scales = np.concatenate([np.ones(M), np.full(4, 1e4)])
+    expected = everything.posterior(1e-2, standardize=False, prior_scales=scales).mean[:M]
     np.testing.assert_allclose(
-        pooled.posterior(1e-2).mean, everything.posterior(1e-2).mean, atol=1e-10
+        pooled.posterior(1e-2, standardize=False).mean, expected, rtol=1e-6, atol=1e-7
     )
+    # The offsets do not matter: the same data without them pool to the same statistics.
+    same = pool([_statistics(features, *_data(seed)) for seed in range(4)])
+    np.testing.assert_allclose(same.feature_target, pooled.feature_target, atol=1e-10)
 
 
 def test_standardized_statistics_are_those_of_the_standardized_values() -> None:
@@ -119,10 +131,11 @@ def test_one_participant_claiming_many_observations_weighs_at_most_ten_median_on
     loud = _statistics(features, x, np.full(600, 5.0))
     pooled = pool([*honest, loud])
     # 10 x the median count (6) of the loud one's 600 observations enter: weight 0.1.
-    expected = sum(s.gram for s in honest) + 0.1 * loud.gram
+    centred = [without_offset(s).gram for s in honest]
+    expected = sum(centred) + 0.1 * without_offset(loud).gram
     np.testing.assert_allclose(pooled.gram, expected, atol=1e-10)
     assert pooled.count == 18 + 60
-    np.testing.assert_allclose(pool(honest).gram, sum(s.gram for s in honest), atol=1e-12)
+    np.testing.assert_allclose(pool(honest).gram, sum(centred), atol=1e-12)
 
 
 def test_one_participant_with_values_of_another_scale_is_weighed_down() -> None:
@@ -137,13 +150,16 @@ def test_one_participant_with_values_of_another_scale_is_weighed_down() -> None:
     pooled = pool([*honest, loud])
     np.testing.assert_allclose(
         pooled.feature_target,
-        sum(s.feature_target for s in honest) + weight * loud.feature_target,
+        sum(without_offset(s).feature_target for s in honest)
+        + weight * without_offset(loud).feature_target,
         rtol=1e-10,
     )
     # Values of the same scale, if shifted or scaled within the bound, keep their full weight.
     similar = _statistics(features, x, 3.0 * y + 1.0)
     np.testing.assert_allclose(
-        pool([*honest, similar]).gram, sum(s.gram for s in [*honest, similar]), atol=1e-12
+        pool([*honest, similar]).gram,
+        sum(without_offset(s).gram for s in [*honest, similar]),
+        atol=1e-12,
     )
 
 
@@ -225,7 +241,7 @@ def test_inconsistent_statistics_are_rejected_logged_and_never_pooled(caplog) ->
     assert report.contributors == ("c0",)
     assert "inconsistent statistics" in dict(report.rejected)["c1"]
     assert any("inconsistent statistics" in r.getMessage() for r in caplog.records)
-    _, posterior = select_posterior(honest)
+    _, posterior = select_posterior([pool([block]) for block in honest])
     np.testing.assert_allclose(fed.latest_broadcast().vectors[0], posterior.mean, atol=1e-12)
 
 

@@ -10,9 +10,10 @@ away from its own few points and blurs the average.
 An upload carries one participant's statistics packed into a flat vector (:func:`pack`);
 :func:`unpack` checks that a vector is statistics that real observations can produce (features
 have unit norm, so ``trace(Phi^T Phi)`` is the number of observations, and the sums obey the
-Cauchy-Schwarz bounds). :func:`pool` adds them up, each participant counting for at most
-``robust_factor`` times the median participant's observations, so that one participant
-claiming a huge number of observations cannot outweigh everyone else.
+Cauchy-Schwarz bounds). :func:`pool` adds them up with each participant's own offset profiled
+out (sites whose values differ by a constant still pool into one shape), each participant
+counting for at most ``robust_factor`` times the median participant's observations and value
+spread, so that no single participant can outweigh everyone else.
 
 Which features, and how much noise? The federation's shared features mix lengthscales, and
 their posterior given a few dozen points places a broad optimum poorly. Participants therefore
@@ -203,10 +204,34 @@ def select_posterior(
     return best[1], best[2]
 
 
+def without_offset(statistics: SufficientStatistics) -> SufficientStatistics:
+    """The statistics with the participant's own offset profiled out.
+
+    The model ``y = phi(x)^T omega + b + eps`` with an offset ``b`` of its own per participant
+    under a flat prior: integrating ``b`` out centres the values and the features on their
+    means, ``Phi^T Phi - s s^T / n`` and ``Phi^T y - s sum(y) / n`` with ``s = Phi^T 1``. Sites
+    whose values differ by a constant (another baseline, another offset) then pool into one
+    shape; the price is one value's worth of information per participant.
+    """
+    count = statistics.count
+    result = SufficientStatistics(statistics.n_features)
+    if count == 0:
+        return result
+    mean_features = statistics.feature_sum / count
+    result.gram = statistics.gram - np.outer(statistics.feature_sum, mean_features)
+    result.feature_target = statistics.feature_target - mean_features * statistics.target_sum
+    result.target_square_sum = max(
+        statistics.target_square_sum - statistics.target_sum**2 / count, 0.0
+    )
+    result.count = count
+    return result
+
+
 def pool(
     statistics: list[SufficientStatistics], *, robust_factor: float = 10.0
 ) -> SufficientStatistics:
-    """The sum of the participants' statistics, robust to a few outlying participants.
+    """The participants' statistics summed, each with its own offset profiled out
+    (:func:`without_offset`), robust to a few outlying participants.
 
     From three participants on, a participant whose observation count exceeds
     ``robust_factor`` times the median participant's, or whose values spread more than
@@ -227,7 +252,7 @@ def pool(
         bound = robust_factor * float(np.median(spreads))
         weights *= np.minimum(1.0, bound / spreads) ** 2
     total = SufficientStatistics(statistics[0].n_features)
-    for weight, part in zip(weights, statistics):
+    for weight, part in zip(weights, map(without_offset, statistics)):
         total.gram += weight * part.gram
         total.feature_sum += weight * part.feature_sum
         total.feature_target += weight * part.feature_target
@@ -250,4 +275,5 @@ __all__ = [
     "select_posterior",
     "unpack",
     "unpack_blocks",
+    "without_offset",
 ]
