@@ -594,7 +594,9 @@ def overhead(n_trials: int) -> None:
     """Time per trial of the default participant (and local GP, TPE) on a cheap objective.
 
     One participant of a two-site federation (in memory; the server closes a round after each
-    of its trials), in 3-D and in 4-D (where the default shares 200 features instead of 100),
+    of its trials), with the default's pooled statistics and with vector uploads
+    (``fts-vectors``: ``aggregation="weighted"``, as under differential privacy), in 3-D and
+    in 4-D (where the default shares 200 features instead of 100),
     up to ``n_trials`` trials; CPU milliseconds (``time.process_time``) per trial over windows
     of trials, and the wall time of the last window. The participant's trial and the server's
     step are timed apart (in a deployment the server is another process). Run twice: on an
@@ -628,13 +630,17 @@ def _overhead_table(n_trials: int, dims: int, condition: str) -> None:
     windows = [(0, 100), (n_trials // 2 - 50, n_trials // 2 + 50), (n_trials - 100, n_trials)]
     print(f"\n## overhead: ms per trial, {dims}-D, {n_trials} trials, {condition}")
     print(
-        f"{'sampler':12s}"
+        f"{'sampler':20s}"
         + "".join(f"{f'CPU {a + 1}-{b}':>14s}" for a, b in windows)
         + f"{f'wall {windows[-1][0] + 1}-{n_trials}':>15s}"
     )
-    for name in ("fts", "local-gp", "tpe"):
-        if name == "fts":
-            fed = Federation.create(f"overhead-{time.time_ns()}", search_space=space, n_clients=2)
+    for name in ("fts", "fts-vectors", "local-gp", "tpe"):
+        if name.startswith("fts"):
+            # "fts-vectors": the posterior-mean vector uploads that differential privacy uses.
+            protocol = FTSConfig(aggregation="weighted") if name == "fts-vectors" else None
+            fed = Federation.create(
+                f"overhead-{time.time_ns()}", search_space=space, n_clients=2, protocol=protocol
+            )
             server = FederationServer(fed)
             sampler = FedThompsonSampler(fed, "site", seed=0)
         elif name == "local-gp":
@@ -649,10 +655,10 @@ def _overhead_table(n_trials: int, dims: int, condition: str) -> None:
                 times["server"].append(_timed(server.step, force=True))
         rows = {name: np.array(times["site"]) * 1000}
         if server is not None:  # in a deployment the server is another process
-            rows = {"fts site": rows[name], "fts server": np.array(times["server"]) * 1000}
+            rows = {f"{name} site": rows[name], f"{name} server": np.array(times["server"]) * 1000}
         for label, row in rows.items():
             print(
-                f"{label:12s}"
+                f"{label:20s}"
                 + "".join(f"{row[a:b, 0].mean():14.1f}" for a, b in windows)
                 + f"{row[windows[-1][0] :, 1].mean():15.1f}"
             )
