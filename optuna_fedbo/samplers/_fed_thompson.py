@@ -117,7 +117,7 @@ class FedThompsonSampler(FedSampler):
     with ``transfer="schedule"``. Errors there are logged, never
     raised into ``study.optimize``.
 
-    The participant's trials stay in its own study; only ``omega`` leaves it. Asynchronous by
+    The participant's trials stay in its own study; only the upload leaves it. Asynchronous by
     default (each trial uses the newest broadcast it can read); ``synchronous=True`` waits, before
     each BO iteration, for the broadcast of the round its last upload went to.
 

@@ -363,9 +363,10 @@ class FTSServer(FederationServer):
         """The non-private aggregation, robust to a few poisoned uploads; and its feature block.
 
         ``"pooled"``: the posterior mean given the participants' summed statistics, each
-        participant counting for at most ``ROBUST_CLIP_FACTOR`` times the median participant's
-        observations (:func:`~optuna_fedbo.core.pooling.pool`), on the feature block and with
-        the noise variance of largest marginal likelihood.
+        participant's offset profiled out and each counting for at most ``ROBUST_CLIP_FACTOR``
+        times the median participant's observations and value spread
+        (:func:`~optuna_fedbo.core.pooling.pool`), on the feature block and with the noise
+        variance of largest marginal likelihood.
 
         Otherwise every vector is clipped to ``ROBUST_CLIP_FACTOR`` times the median norm of
         the round's vectors (from 3 uploads on): honest draws are heavy-tailed (99th
