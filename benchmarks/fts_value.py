@@ -483,7 +483,6 @@ def feature_options(
     """
     from optuna_fedbo.core.gp import fit_gp
     from optuna_fedbo.core.local_model import normalization
-    from optuna_fedbo.core.pooling import pool
     from optuna_fedbo.core.pooling import pooling_feature_maps
     from optuna_fedbo.core.pooling import select_posterior
     from optuna_fedbo.core.posterior import SufficientStatistics
@@ -543,10 +542,8 @@ def feature_options(
                     site_statistics.append([SufficientStatistics(f.n_features) for f in blocks])
                     for statistics, features in zip(site_statistics[-1], blocks):
                         statistics.add(features(design), values)
-                block, posterior = select_posterior(
-                    [pool([site[k] for site in site_statistics]) for k in range(len(blocks))]
-                )
-                pooled_rff = blocks[block](dense) @ posterior.mean
+                block, mean = select_posterior(site_statistics)
+                pooled_rff = blocks[block](dense) @ mean
                 for name, reached in zip(
                     references,
                     (

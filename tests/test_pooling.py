@@ -13,12 +13,12 @@ import pytest
 from optuna_fedbo.core.pooling import pack
 from optuna_fedbo.core.pooling import pack_blocks
 from optuna_fedbo.core.pooling import packed_blocks_length
-from optuna_fedbo.core.pooling import pool
+from optuna_fedbo.core.pooling import pooled_posterior
 from optuna_fedbo.core.pooling import pooling_feature_maps
+from optuna_fedbo.core.pooling import robust_weights
 from optuna_fedbo.core.pooling import select_posterior
 from optuna_fedbo.core.pooling import unpack
 from optuna_fedbo.core.pooling import unpack_blocks
-from optuna_fedbo.core.pooling import without_offset
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.core.rff import RandomFourierFeatures
 from optuna_fedbo.federation import DPConfig
@@ -46,30 +46,48 @@ def _data(seed: int, n: int = 6) -> tuple[np.ndarray, np.ndarray]:
 
 
 # ------------------------------------------------------------------------------ math core
-def test_pooled_statistics_give_exactly_the_posterior_of_all_observations() -> None:
-    """... under the model with an offset of its own per participant (flat prior)."""
+def _sites(features, offsets=(0.0, 0.0, 0.0, 0.0)):
+    parts = [_data(seed) for seed in range(len(offsets))]
+    return [(x, y + offset) for (x, y), offset in zip(parts, offsets)]
+
+
+@pytest.mark.parametrize("offset_scale", [0.0, 0.7])
+def test_the_pooled_posterior_is_exactly_that_of_all_observations(offset_scale) -> None:
+    """... with an offset of its own per participant when ``offset_scale > 0``."""
     features = RandomFourierFeatures(2, M, 0.3, seed=0)
-    parts = [_data(seed) for seed in range(4)]
-    parts = [(x, y + offset) for (x, y), offset in zip(parts, (0.0, 3.0, -2.0, 0.5))]
-    pooled = pool([unpack(pack(_statistics(features, x, y)), M) for x, y in parts])
-    assert pooled.count == 24
+    parts = _sites(features, (0.0, 3.0, -2.0, 0.5))
+    statistics = [unpack(pack(_statistics(features, x, y)), M) for x, y in parts]
+    mean, evidence = pooled_posterior(statistics, np.ones(4), 1e-2, offset_scale)
     # All observations in one regression: the shared features plus one indicator column per
-    # participant, whose weight (the offset) has a prior so broad that it is flat.
+    # participant (prior standard deviation offset_scale), on the values standardized together.
     design = np.zeros((24, M + 4))
     for k, (x, _) in enumerate(parts):
         design[6 * k : 6 * (k + 1), :M] = features(x)
         design[6 * k : 6 * (k + 1), M + k] = 1.0
     targets = np.concatenate([y for _, y in parts])
-    everything = SufficientStatistics(M + 4)
-    everything.add(design, targets)
-    scales = np.concatenate([np.ones(M), np.full(4, 1e4)])
-    expected = everything.posterior(1e-2, standardize=False, prior_scales=scales).mean[:M]
-    np.testing.assert_allclose(
-        pooled.posterior(1e-2, standardize=False).mean, expected, rtol=1e-6, atol=1e-7
-    )
-    # The offsets do not matter: the same data without them pool to the same statistics.
-    same = pool([_statistics(features, *_data(seed)) for seed in range(4)])
-    np.testing.assert_allclose(same.feature_target, pooled.feature_target, atol=1e-10)
+    location = (targets.mean(), targets.std())
+    if offset_scale == 0:
+        everything = _statistics(features, np.concatenate([x for x, _ in parts]), targets)
+        expected = everything.posterior(1e-2, standardize=location)
+    else:
+        everything = SufficientStatistics(M + 4)
+        everything.add(design, targets)
+        scales = np.concatenate([np.ones(M), np.full(4, offset_scale)])
+        expected = everything.posterior(1e-2, standardize=location, prior_scales=scales)
+    np.testing.assert_allclose(mean, expected.mean[:M], atol=1e-10)
+    assert evidence == pytest.approx(expected.log_marginal_likelihood(), rel=1e-9)
+
+
+def test_the_evidence_wants_offsets_where_sites_differ_by_a_constant_and_not_otherwise() -> None:
+    features = RandomFourierFeatures(2, M, 0.3, seed=0)
+
+    def evidence(offsets, offset_scale):
+        statistics = [_statistics(features, x, y) for x, y in _sites(features, offsets)]
+        return pooled_posterior(statistics, np.ones(4), 1e-2, offset_scale)[1]
+
+    shifted = (0.0, 3.0, -2.0, 0.5)
+    assert evidence(shifted, 1.0) > evidence(shifted, 0.0) + 10
+    assert evidence((0.0,) * 4, 0.0) > evidence((0.0,) * 4, 1.0)
 
 
 def test_standardized_statistics_are_those_of_the_standardized_values() -> None:
@@ -128,14 +146,11 @@ def test_one_participant_claiming_many_observations_weighs_at_most_ten_median_on
     features = RandomFourierFeatures(2, M, 0.3, seed=0)
     honest = [_statistics(features, *_data(seed)) for seed in range(3)]
     x = np.random.default_rng(9).uniform(size=(600, 2))
-    loud = _statistics(features, x, np.full(600, 5.0))
-    pooled = pool([*honest, loud])
+    loud = _statistics(features, x, np.sin(3 * x[:, 0]) + x[:, 1] ** 2)
     # 10 x the median count (6) of the loud one's 600 observations enter: weight 0.1.
-    centred = [without_offset(s).gram for s in honest]
-    expected = sum(centred) + 0.1 * without_offset(loud).gram
-    np.testing.assert_allclose(pooled.gram, expected, atol=1e-10)
-    assert pooled.count == 18 + 60
-    np.testing.assert_allclose(pool(honest).gram, sum(centred), atol=1e-12)
+    np.testing.assert_allclose(robust_weights([*honest, loud]), [1, 1, 1, 0.1])
+    np.testing.assert_allclose(robust_weights(honest[:2] + [loud]), [1, 1, 0.1])
+    np.testing.assert_allclose(robust_weights([honest[0], loud]), [1, 1])  # fewer than 3
 
 
 def test_one_participant_with_values_of_another_scale_is_weighed_down() -> None:
@@ -145,22 +160,13 @@ def test_one_participant_with_values_of_another_scale_is_weighed_down() -> None:
     x, y = parts[3]
     loud = _statistics(features, x, 1000.0 * y)
     spreads = [s.standardization()[1] for s in [*honest, loud]]
-    weight = (10 * np.median(spreads) / spreads[-1]) ** 2
-    assert weight < 1e-3
-    pooled = pool([*honest, loud])
-    np.testing.assert_allclose(
-        pooled.feature_target,
-        sum(without_offset(s).feature_target for s in honest)
-        + weight * without_offset(loud).feature_target,
-        rtol=1e-10,
-    )
+    weights = robust_weights([*honest, loud])
+    np.testing.assert_allclose(weights[:3], 1.0)
+    assert weights[3] == pytest.approx((10 * np.median(spreads) / spreads[-1]) ** 2)
+    assert weights[3] < 1e-3
     # Values of the same scale, if shifted or scaled within the bound, keep their full weight.
     similar = _statistics(features, x, 3.0 * y + 1.0)
-    np.testing.assert_allclose(
-        pool([*honest, similar]).gram,
-        sum(without_offset(s).gram for s in [*honest, similar]),
-        atol=1e-12,
-    )
+    np.testing.assert_allclose(robust_weights([*honest, similar]), 1.0)
 
 
 @pytest.mark.parametrize(
@@ -177,9 +183,9 @@ def test_the_evidence_picks_a_block_of_the_functions_scale(dims, lengthscale, ex
         maps = pooling_feature_maps(RandomFourierFeatures(dims, 100, (0.02, 0.5), seed=5))
         x = rng.uniform(size=(120, dims))
         y = truth(x) @ weights + 0.01 * rng.standard_normal(120)
-        block, posterior = select_posterior([_statistics(f, x, y) for f in maps])
+        block, mean = select_posterior([[_statistics(f, x, y) for f in maps]])
         assert block in expected
-        assert posterior.n_features == maps[block].n_features
+        assert mean.shape == (maps[block].n_features,)
 
 
 # -------------------------------------------------------------------------------- server
@@ -208,10 +214,9 @@ def test_the_default_federation_pools_and_broadcasts_the_posterior_of_everyones_
     assert report.upload_norms == ()  # statistics have no norm to calibrate a clip norm by
     broadcast = fed.latest_broadcast()
     assert broadcast.aggregation == "pooled" and broadcast.vectors.shape[0] == 1
-    pooled = [pool([b[k] for b in blocks]) for k in range(5)]
-    block, posterior = select_posterior(pooled)
+    block, mean = select_posterior(blocks)
     assert broadcast.feature_block == block
-    np.testing.assert_allclose(broadcast.vectors[0], posterior.mean, atol=1e-12)
+    np.testing.assert_allclose(broadcast.vectors[0], mean, atol=1e-12)
 
 
 @pytest.mark.usefixtures("propagate")
@@ -241,8 +246,8 @@ def test_inconsistent_statistics_are_rejected_logged_and_never_pooled(caplog) ->
     assert report.contributors == ("c0",)
     assert "inconsistent statistics" in dict(report.rejected)["c1"]
     assert any("inconsistent statistics" in r.getMessage() for r in caplog.records)
-    _, posterior = select_posterior([pool([block]) for block in honest])
-    np.testing.assert_allclose(fed.latest_broadcast().vectors[0], posterior.mean, atol=1e-12)
+    _, mean = select_posterior([honest])
+    np.testing.assert_allclose(fed.latest_broadcast().vectors[0], mean, atol=1e-12)
 
 
 def test_the_largest_pooled_upload_fits_the_upload_bound() -> None:

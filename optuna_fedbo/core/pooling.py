@@ -10,17 +10,20 @@ away from its own few points and blurs the average.
 An upload carries one participant's statistics packed into a flat vector (:func:`pack`);
 :func:`unpack` checks that a vector is statistics that real observations can produce (features
 have unit norm, so ``trace(Phi^T Phi)`` is the number of observations, and the sums obey the
-Cauchy-Schwarz bounds). :func:`pool` adds them up with each participant's own offset profiled
-out (sites whose values differ by a constant still pool into one shape), each participant
-counting for at most ``robust_factor`` times the median participant's observations and value
-spread, so that no single participant can outweigh everyone else.
+Cauchy-Schwarz bounds). :func:`pooled_posterior` is the posterior given everyone's values,
+standardized together, each participant weighing at most ``robust_factor`` times the median
+participant's observations and value spread (:func:`robust_weights`), so that no single
+participant can outweigh everyone else; optionally each participant has an offset of its own.
 
 Which features, and how much noise? The federation's shared features mix lengthscales, and
 their posterior given a few dozen points places a broad optimum poorly. Participants therefore
 also keep statistics on blocks of single-scale features (:data:`POOLING_LENGTHSCALES`), and
-:func:`select_posterior` picks the block and noise variance of largest marginal likelihood of
-everyone's values: with all participants' observations together, the choice is as reliable
-as a GP's fitted lengthscale, where one participant's five initial points are not.
+:func:`select_posterior` picks the block, the noise variance and the scale of the
+participants' offsets of largest marginal likelihood of everyone's values: with all
+participants' observations together, the choice is as reliable as a GP's fitted
+hyperparameters, where one participant's five initial points are not. Offsets matter when
+sites measure on different baselines; where they do not, the evidence leaves them out and
+keeps the differences in level between sites, which locate good regions.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ POOLING_LENGTHSCALES = (0.05, 0.1, 0.2, 0.5)
 POOLING_BLOCK_FEATURES = 100
 #: Noise variances (of standardized values) that :func:`select_posterior` chooses from.
 POOLING_NOISE_VARIANCES = (1e-3, 1e-2, 1e-1, 1.0)
+#: Prior standard deviations of each participant's own offset (in units of the pooled values'
+#: spread) that :func:`select_posterior` chooses from; 0: no offsets.
+POOLING_OFFSET_SCALES = (0.0, 0.3, 1.0)
 
 #: Relative tolerance of the consistency checks of unpacked statistics (rounding of sums).
 _TOLERANCE = 1e-6
@@ -178,60 +184,10 @@ def unpack_blocks(vector: np.ndarray, n_features: int) -> list[SufficientStatist
     return blocks
 
 
-def select_posterior(
-    statistics: list[SufficientStatistics],
-    noise_variances: tuple[float, ...] = POOLING_NOISE_VARIANCES,
-) -> tuple[int, LinearPosterior]:
-    """The block and noise variance of largest marginal likelihood, and that posterior.
-
-    Args:
-        statistics: Pooled statistics, one per feature block, all of the same values.
-        noise_variances: The noise variances to choose from.
-
-    Returns:
-        ``(block index, posterior)``, fitted to the values standardized by their own mean
-        and standard deviation.
-    """
-    best: tuple[float, int, LinearPosterior] | None = None
-    for index, block in enumerate(statistics):
-        for noise_variance in noise_variances:
-            posterior = block.posterior(noise_variance, standardize=True)
-            evidence = posterior.log_marginal_likelihood()
-            if best is None or evidence > best[0]:
-                best = (evidence, index, posterior)
-    if best is None:
-        raise ValueError("Nothing to select from.")
-    return best[1], best[2]
-
-
-def without_offset(statistics: SufficientStatistics) -> SufficientStatistics:
-    """The statistics with the participant's own offset profiled out.
-
-    The model ``y = phi(x)^T omega + b + eps`` with an offset ``b`` of its own per participant
-    under a flat prior: integrating ``b`` out centres the values and the features on their
-    means, ``Phi^T Phi - s s^T / n`` and ``Phi^T y - s sum(y) / n`` with ``s = Phi^T 1``. Sites
-    whose values differ by a constant (another baseline, another offset) then pool into one
-    shape; the price is one value's worth of information per participant.
-    """
-    count = statistics.count
-    result = SufficientStatistics(statistics.n_features)
-    if count == 0:
-        return result
-    mean_features = statistics.feature_sum / count
-    result.gram = statistics.gram - np.outer(statistics.feature_sum, mean_features)
-    result.feature_target = statistics.feature_target - mean_features * statistics.target_sum
-    result.target_square_sum = max(
-        statistics.target_square_sum - statistics.target_sum**2 / count, 0.0
-    )
-    result.count = count
-    return result
-
-
-def pool(
-    statistics: list[SufficientStatistics], *, robust_factor: float = 10.0
-) -> SufficientStatistics:
-    """The participants' statistics summed, each with its own offset profiled out
-    (:func:`without_offset`), robust to a few outlying participants.
+def robust_weights(
+    statistics: list[SufficientStatistics], robust_factor: float = 10.0
+) -> np.ndarray:
+    """Each participant's weight in the pool: one, unless it stands out.
 
     From three participants on, a participant whose observation count exceeds
     ``robust_factor`` times the median participant's, or whose values spread more than
@@ -241,26 +197,110 @@ def pool(
     participant can then neither claim a huge number of observations nor, with values of
     another scale, decide the pooled model alone.
     """
-    if not statistics:
-        raise ValueError("Nothing to pool.")
     counts = np.array([s.count for s in statistics], dtype=float)
     weights = np.ones(len(statistics))
     if len(statistics) >= 3:
-        cap = robust_factor * float(np.median(counts))
-        weights = np.minimum(1.0, cap / counts)
+        weights = np.minimum(1.0, robust_factor * float(np.median(counts)) / counts)
         spreads = np.array([s.standardization()[1] for s in statistics])
-        bound = robust_factor * float(np.median(spreads))
-        weights *= np.minimum(1.0, bound / spreads) ** 2
-    total = SufficientStatistics(statistics[0].n_features)
-    for weight, part in zip(weights, map(without_offset, statistics)):
-        total.gram += weight * part.gram
-        total.feature_sum += weight * part.feature_sum
-        total.feature_target += weight * part.feature_target
-        total.target_sum += weight * part.target_sum
-        total.target_square_sum += weight * part.target_square_sum
-    # The count enters only the marginal likelihood's constant; keep the effective number.
-    total.count = int(round(float(weights @ counts)))
-    return total
+        weights *= np.minimum(1.0, robust_factor * float(np.median(spreads)) / spreads) ** 2
+    return weights
+
+
+def pooled_posterior(
+    statistics: list[SufficientStatistics],
+    weights: np.ndarray,
+    noise_variance: float,
+    offset_scale: float,
+) -> tuple[np.ndarray, float]:
+    """The posterior mean of ``omega`` given everyone's values, and the log evidence.
+
+    The values are standardized together (their pooled mean and spread). The model is
+    ``y = phi(x)^T omega + b_n + eps`` for participant ``n``, with an offset of its own,
+    ``b_n ~ N(0, offset_scale^2)`` (none for ``offset_scale = 0``): sites whose values differ
+    by a constant then pool into one shape, at the price of the differences in level between
+    sites that are real. The offsets enter as one indicator feature per participant, so the
+    posterior and its evidence are exact
+    (:class:`~optuna_fedbo.core.posterior.LinearPosterior`).
+
+    Args:
+        statistics: One participant's statistics each, on the same features.
+        weights: Each participant's weight (:func:`robust_weights`).
+        noise_variance: ``lambda`` of the standardized values.
+        offset_scale: Prior standard deviation of each participant's offset (standardized).
+
+    Returns:
+        ``(mean, log evidence)``; ``mean`` has the features' length.
+    """
+    n_features, n_sites = statistics[0].n_features, len(statistics)
+    gram = sum(w * s.gram for w, s in zip(weights, statistics))
+    feature_sums = np.stack([w * s.feature_sum for w, s in zip(weights, statistics)], axis=1)
+    feature_target = sum(w * s.feature_target for w, s in zip(weights, statistics))
+    counts = np.array([w * s.count for w, s in zip(weights, statistics)])
+    target_sums = np.array([w * s.target_sum for w, s in zip(weights, statistics)])
+    square_sum = float(sum(w * s.target_square_sum for w, s in zip(weights, statistics)))
+    total = float(counts.sum())
+    mean = float(target_sums.sum()) / total
+    std = math.sqrt(max(square_sum / total - mean * mean, 0.0))
+    if std <= 1e-12 * max(1.0, abs(mean)):
+        std = 1.0
+    # The standardized values' sums: (y - mean) / std.
+    square_sum = max((square_sum - total * mean * mean) / (std * std), 0.0)
+    feature_target = (feature_target - mean * feature_sums.sum(axis=1)) / std
+    target_sums = (target_sums - mean * counts) / std
+    count = max(int(round(total)), 1)
+    if offset_scale <= 0:
+        posterior = LinearPosterior(gram, feature_target, noise_variance, square_sum, count)
+        return posterior.mean, posterior.log_marginal_likelihood()
+    augmented = np.zeros((n_features + n_sites, n_features + n_sites))
+    augmented[:n_features, :n_features] = gram
+    augmented[:n_features, n_features:] = feature_sums
+    augmented[n_features:, :n_features] = feature_sums.T
+    augmented[n_features:, n_features:] = np.diag(counts)
+    posterior = LinearPosterior(
+        augmented,
+        np.concatenate([feature_target, target_sums]),
+        noise_variance,
+        square_sum,
+        count,
+        prior_scales=np.concatenate([np.ones(n_features), np.full(n_sites, offset_scale)]),
+    )
+    return posterior.mean[:n_features], posterior.log_marginal_likelihood()
+
+
+def select_posterior(
+    participants: list[list[SufficientStatistics]],
+    *,
+    robust_factor: float = 10.0,
+    noise_variances: tuple[float, ...] = POOLING_NOISE_VARIANCES,
+    offset_scales: tuple[float, ...] = POOLING_OFFSET_SCALES,
+) -> tuple[int, np.ndarray]:
+    """The pooled posterior mean on the feature block, noise variance and offset scale of
+    largest evidence.
+
+    Args:
+        participants: Each participant's statistics, one per feature block (all blocks of
+            the same values).
+        robust_factor: See :func:`robust_weights`.
+        noise_variances: The noise variances to choose from.
+        offset_scales: The participants' offset scales to choose from
+            (:func:`pooled_posterior`).
+
+    Returns:
+        ``(block index, posterior mean)``.
+    """
+    if not participants:
+        raise ValueError("Nothing to pool.")
+    best: tuple[float, int, np.ndarray] | None = None
+    for index in range(len(participants[0])):
+        block = [blocks[index] for blocks in participants]
+        weights = robust_weights(block, robust_factor)
+        for noise_variance in noise_variances:
+            for offset_scale in offset_scales:
+                mean, evidence = pooled_posterior(block, weights, noise_variance, offset_scale)
+                if best is None or evidence > best[0]:
+                    best = (evidence, index, mean)
+    assert best is not None
+    return best[1], best[2]
 
 
 __all__ = [
@@ -270,10 +310,10 @@ __all__ = [
     "pack_blocks",
     "packed_blocks_length",
     "packed_length",
-    "pool",
+    "pooled_posterior",
+    "robust_weights",
     "pooling_feature_maps",
     "select_posterior",
     "unpack",
     "unpack_blocks",
-    "without_offset",
 ]

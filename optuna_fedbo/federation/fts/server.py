@@ -47,7 +47,6 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
-from optuna_fedbo.core.pooling import pool
 from optuna_fedbo.core.pooling import select_posterior
 from optuna_fedbo.core.pooling import unpack_blocks
 from optuna_fedbo.core.weights import subregion_weights
@@ -362,11 +361,11 @@ class FTSServer(FederationServer):
     def _aggregate(self, round_index: int, uploads: list[Upload]) -> tuple[np.ndarray, int]:
         """The non-private aggregation, robust to a few poisoned uploads; and its feature block.
 
-        ``"pooled"``: the posterior mean given the participants' summed statistics, each
-        participant's offset profiled out and each counting for at most ``ROBUST_CLIP_FACTOR``
-        times the median participant's observations and value spread
-        (:func:`~optuna_fedbo.core.pooling.pool`), on the feature block and with the noise
-        variance of largest marginal likelihood.
+        ``"pooled"``: the posterior mean given the participants' statistics together, each
+        counting for at most ``ROBUST_CLIP_FACTOR`` times the median participant's
+        observations and value spread, on the feature block and with the noise variance and
+        participants' offsets of largest evidence
+        (:func:`~optuna_fedbo.core.pooling.select_posterior`).
 
         Otherwise every vector is clipped to ``ROBUST_CLIP_FACTOR`` times the median norm of
         the round's vectors (from 3 uploads on): honest draws are heavy-tailed (99th
@@ -374,13 +373,11 @@ class FTSServer(FederationServer):
         than that factor.
         """
         if self._fts.aggregation == "pooled":
-            per_upload = [unpack_blocks(u.omega, self._fts.n_features) for u in uploads]
-            pooled = [
-                pool([blocks[k] for blocks in per_upload], robust_factor=ROBUST_CLIP_FACTOR)
-                for k in range(len(per_upload[0]))
-            ]
-            block, posterior = select_posterior(pooled)
-            return posterior.mean[None, :], block
+            block, mean = select_posterior(
+                [unpack_blocks(u.omega, self._fts.n_features) for u in uploads],
+                robust_factor=ROBUST_CLIP_FACTOR,
+            )
+            return mean[None, :], block
         omegas = np.stack([u.omega for u in uploads])
         if len(omegas) >= 3:
             norms = _norms(omegas)
