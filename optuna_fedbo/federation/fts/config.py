@@ -80,7 +80,8 @@ class FTSConfig(ProtocolConfig):
             features and on :data:`~optuna_fedbo.core.pooling.POOLING_LENGTHSCALES` blocks of
             single-scale features, and the server broadcasts the posterior mean given all
             participants' statistics together (everyone's values standardized together), on
-            the feature block and with the noise variance of largest pooled marginal likelihood
+            the feature block, with the noise variance and with offsets of each participant's
+            own (or none) of largest pooled marginal likelihood
             (:mod:`optuna_fedbo.core.pooling`): exactly the posterior a model of everyone's
             observations would have, where averaging the participants' posterior means blurs
             it. The server sees each participant's statistics (as it sees each participant's
