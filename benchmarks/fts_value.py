@@ -508,7 +508,7 @@ def feature_options(
         f"{n_design} design points, {n_seeds} seed functions)"
     )
     for dims in dims_list:
-        print(f"D={dims}  {'option':18s}" + "".join(f"{f'l={ls}':>9s}" for ls in lengthscales))
+        print(f"D={dims}  {'option':28s}" + "".join(f"{f'l={ls}':>9s}" for ls in lengthscales))
         encoding = UnitCubeEncoding([Dimension("float", 0.0, 1.0)] * dims)
         table = {name: [] for name in (*options, *references)}
         for ls in lengthscales:
@@ -584,7 +584,7 @@ def feature_options(
             for name in table:
                 table[name].append(np.mean(scores[name]))
         for name in table:
-            print(f"     {name:18s}" + "".join(f"{v:9.3f}" for v in table[name]))
+            print(f"     {name:28s}" + "".join(f"{v:9.3f}" for v in table[name]))
 
 
 def overhead(n_trials: int) -> None:
