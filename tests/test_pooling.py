@@ -307,11 +307,13 @@ def test_a_pooled_broadcast_on_a_single_scale_block_guides_the_participant() -> 
         x, y = trial.suggest_float("x", 0, 1), trial.suggest_float("y", 0, 1)
         return -((x - 0.8) ** 2) - (y - 0.3) ** 2
 
-    early = optuna.create_study(direction="maximize", sampler=FedThompsonSampler(fed, "c0"))
+    early = optuna.create_study(
+        direction="maximize", sampler=FedThompsonSampler(fed, "c0", seed=0)
+    )
     early.optimize(objective, n_trials=6)
     server.step(force=True)
     broadcast = fed.latest_broadcast()
-    late = optuna.create_study(direction="maximize", sampler=FedThompsonSampler(fed, "c1"))
+    late = optuna.create_study(direction="maximize", sampler=FedThompsonSampler(fed, "c1", seed=1))
     late.optimize(objective, n_trials=1)
     assert late.trials[0].system_attrs["fedbo:mode"] == "federated"
     g = fed.pooling_features()[broadcast.feature_block]
