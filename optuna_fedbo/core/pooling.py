@@ -64,9 +64,7 @@ def pooling_feature_maps(shared: RandomFourierFeatures) -> list[RandomFourierFea
 
 def packed_blocks_length(n_features: int) -> int:
     """Length of an upload of pooled statistics with ``n_features`` shared features."""
-    return packed_length(n_features) + len(POOLING_LENGTHSCALES) * packed_length(
-        POOLING_BLOCK_FEATURES
-    )
+    return sum(packed_length(size) for size in block_sizes(n_features))
 
 
 def block_sizes(n_features: int) -> list[int]:

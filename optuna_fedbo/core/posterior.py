@@ -110,16 +110,6 @@ class SufficientStatistics:
             prior_scales=prior_scales,
         )
 
-    def standardized(self, mean: float, std: float) -> SufficientStatistics:
-        """The statistics of the transformed targets ``y~ = (y - mean) / std``."""
-        result = SufficientStatistics(self.n_features)
-        result.gram = self.gram.copy()
-        result.feature_sum = self.feature_sum.copy()
-        result.feature_target, result.target_square_sum = self.targets(mean, std)
-        result.target_sum = (self.target_sum - self.count * mean) / std
-        result.count = self.count
-        return result
-
     def targets(self, mean: float, std: float) -> tuple[np.ndarray, float]:
         """``Phi^T y~`` and ``y~^T y~`` of the transformed targets ``y~ = (y - mean) / std``."""
         feature_target = (self.feature_target - mean * self.feature_sum) / std
