@@ -15,7 +15,10 @@ SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(-1.0, 1.0)}
 
 def _observations() -> TrialObservations:
     encoder = SearchSpaceEncoder(SPACE)
-    return TrialObservations(encoder, [RandomFourierFeatures(2, 16, 0.3, seed=0)])
+    return TrialObservations(
+        encoder,
+        [RandomFourierFeatures(2, 16, 0.3, seed=0), RandomFourierFeatures(2, 8, 0.1, seed=1)],
+    )
 
 
 def _ask(study: optuna.Study, x: float) -> optuna.Trial:
@@ -55,13 +58,13 @@ def test_trials_that_finish_out_of_order_are_added_once_each() -> None:
     assert observations.points.shape == (103, 2) and observations.features.shape == (103, 16)
     with pytest.raises(ValueError, match="read-only"):
         observations.targets[0] = 0.0
-    # The statistics hold exactly the modelled trials.
-    expected = SufficientStatistics(16)
-    expected.add(observations.feature_maps[0](observations.points), observations.targets)
-    np.testing.assert_allclose(observations.statistics[0].gram, expected.gram)
-    np.testing.assert_allclose(
-        observations.features, observations.feature_maps[0](observations.points)
-    )
+    # The statistics and features, under each feature map, are exactly the modelled trials'.
+    for k, features in enumerate(observations.feature_maps):
+        expected = SufficientStatistics(features.n_features)
+        expected.add(features(observations.points), observations.targets)
+        np.testing.assert_allclose(observations.statistics[k].gram, expected.gram)
+        np.testing.assert_allclose(observations.features_under(k), features(observations.points))
+    np.testing.assert_array_equal(observations.features, observations.features_under(0))
 
 
 def test_another_study_starts_from_scratch() -> None:

@@ -3,6 +3,7 @@ server's aggregation and checks, and the participant's upload."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 import numpy as np
@@ -25,6 +26,8 @@ from optuna_fedbo.federation import DPConfig
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
+from optuna_fedbo.federation._codec import vector_digest
+from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.fts.messages import encode_upload
 from optuna_fedbo.federation.fts.messages import parse_upload
 from optuna_fedbo.samplers import FedThompsonSampler
@@ -187,11 +190,22 @@ def _federation(n_clients: int = 3, **protocol) -> Federation:
     return fed
 
 
-def _upload_data(fed: Federation, client: str, seed: int) -> SufficientStatistics:
+def _packed(fed: Federation, seed: int) -> np.ndarray:
     x, y = _data(seed)
-    vector = pack_blocks([_statistics(f, x, y) for f in fed.pooling_features()])
-    fed.upload(client, vector, n_observations=len(y), iteration=0)
+    return pack_blocks([_statistics(f, x, y) for f in fed.pooling_features()])
+
+
+def _upload_data(fed: Federation, client: str, seed: int) -> SufficientStatistics:
+    vector = _packed(fed, seed)
+    fed.upload(client, vector, n_observations=6, iteration=0)
     return unpack_blocks(vector, M)
+
+
+def _sent(fed: Federation, round_index: int, client: str) -> str:
+    """How a stored upload carries its vector: "omega" (in full) or "same_as" (by digest)."""
+    record = json.loads(fed.read_upload(round_index, client))
+    assert ("omega" in record) != ("same_as" in record)
+    return "omega" if "omega" in record else "same_as"
 
 
 def test_the_default_federation_pools_and_broadcasts_the_posterior_of_everyones_data() -> None:
@@ -263,6 +277,130 @@ def test_a_dp_federation_keeps_vector_uploads() -> None:
             "dp2", search_space=SPACE, n_clients=2, protocol=FTSConfig(aggregation="pooled"),
             privacy=privacy,
         )  # fmt: skip
+
+
+# ----------------------------------------------------------------- statistics sent again
+def test_statistics_sent_again_go_by_digest_and_pool_exactly_as_in_full() -> None:
+    fed = _federation(n_clients=2)
+    server = FederationServer(fed, discard_uploads=False)
+    first, second, fresh = _packed(fed, 0), _packed(fed, 1), _packed(fed, 2)
+    fed.upload("c0", first, n_observations=6, iteration=0)
+    fed.upload("c0", first, n_observations=6, iteration=0)  # the same round: in full again
+    fed.upload("c1", second, n_observations=6, iteration=0)
+    assert _sent(fed, 0, "c0") == "omega"
+    assert server.step().round == 0
+    fed.upload("c0", first, n_observations=7, iteration=1)
+    fed.upload("c1", fresh, n_observations=7, iteration=1)
+    assert (_sent(fed, 1, "c0"), _sent(fed, 1, "c1")) == ("same_as", "omega")
+    report = server.step()
+    assert report.contributors == ("c0", "c1") and report.rejected == ()
+    _, mean = select_posterior([unpack_blocks(first, M), unpack_blocks(fresh, M)])
+    np.testing.assert_allclose(fed.latest_broadcast().vectors[0], mean, atol=1e-12)
+
+
+def test_a_new_server_gets_the_statistics_in_full_again() -> None:
+    fed = _federation(n_clients=1)
+    server = FederationServer(fed, discard_uploads=False)
+    first = _packed(fed, 0)
+    fed.upload("c0", first, n_observations=6, iteration=0)
+    server.step()
+    restarted = FederationServer(fed, discard_uploads=False)  # holds nothing yet
+    fed.upload("c0", first, n_observations=7, iteration=1)
+    assert _sent(fed, 1, "c0") == "omega"
+    assert restarted.step().contributors == ("c0",)
+
+
+@pytest.mark.usefixtures("propagate")
+def test_statistics_named_to_a_server_that_does_not_hold_them_are_re_sent_in_full(
+    caplog,
+) -> None:
+    """The server restarts after the upload by digest: refused, then re-sent in full."""
+    fed = _federation(n_clients=2)
+    server = FederationServer(fed)
+    fed.upload("c0", _packed(fed, 0), n_observations=6, iteration=0)
+    fed.upload("c1", _packed(fed, 1), n_observations=6, iteration=0)
+    server.step()
+    fed.upload("c0", _packed(fed, 0), n_observations=7, iteration=1)
+    fed.upload("c1", _packed(fed, 2), n_observations=7, iteration=1)
+    assert _sent(fed, 1, "c0") == "same_as"
+    restarted = FederationServer(fed, discard_uploads=False)
+    with caplog.at_level(logging.WARNING):
+        report = restarted.step(force=True)
+        assert report.contributors == ("c1",)
+        assert "does not hold" in dict(report.rejected)["c0"]
+        fed.latest_broadcast()  # c0 sees that round 1 went without it
+    assert any("is not in its broadcast" in r.getMessage() for r in caplog.records)
+    assert _sent(fed, 2, "c0") == "omega"
+    assert "c0" in restarted.step(force=True).contributors
+
+
+@pytest.mark.parametrize("restart", [True, False])
+def test_a_participant_waiting_for_a_round_re_sends_statistics_named_by_digest(restart) -> None:
+    """When a new server starts (at once) or the wait times out (a round that never closes)."""
+    fed = _federation(n_clients=2)
+    server = FederationServer(fed)
+    fed.upload("c0", _packed(fed, 0), n_observations=6, iteration=0)
+    fed.upload("c1", _packed(fed, 1), n_observations=6, iteration=0)
+    server.step()
+    fed.upload("c0", _packed(fed, 0), n_observations=7, iteration=1)
+    assert _sent(fed, 1, "c0") == "same_as"
+    if restart:
+        FederationServer(fed)
+    assert fed.wait_for_round(1, timeout=0.3 if restart else 0.1, poll_interval=0.01) is None
+    assert _sent(fed, 1, "c0") == "omega"
+
+
+def test_an_upload_by_digest_is_checked_at_the_boundary() -> None:
+    fed = _federation(n_clients=1)
+    vector = _packed(fed, 0)
+
+    def parse(payload: str, held):  # noqa: ANN001, ANN202
+        return parse_upload(
+            payload,
+            client_id="c0",
+            round_index=1,
+            config_hash=fed.config_hash,
+            length=fed.fts.upload_length,
+            held=held,
+        )
+
+    payload = encode_upload(
+        config_hash=fed.config_hash,
+        round_index=1,
+        client_id="c0",
+        omega=vector,
+        n_observations=7,
+        iteration=1,
+        same_as=vector_digest(vector),
+    )
+    assert "omega" not in json.loads(payload)
+    np.testing.assert_array_equal(parse(payload, (vector_digest(vector), vector)).omega, vector)
+    for held in (None, (vector_digest(vector + 1.0), vector + 1.0)):
+        with pytest.raises(UploadRejected, match="does not hold"):
+            parse(payload, held)
+    both = json.loads(payload) | {"omega": json.loads(payload.replace("same_as", "x"))["x"]}
+    with pytest.raises(UploadRejected, match="either a vector or 'same_as'"):
+        parse(json.dumps(both), (vector_digest(vector), vector))
+
+
+def test_a_pooled_participant_refreshes_its_statistics_every_five_percent() -> None:
+    """Fresh statistics after every trial up to 21 observations, then once they have grown by
+    5%; in between the last ones again, by digest, and the broadcast does not change."""
+    fed = _federation(n_clients=1, n_init=2)
+    server = FederationServer(fed, discard_uploads=False)
+    study = optuna.create_study(sampler=FedThompsonSampler(fed, "c0", seed=0))
+    previous = None
+    fresh = []
+    for round_index in range(30):
+        study.optimize(lambda t: t.suggest_float("x", 0, 1) + t.suggest_float("y", 0, 1), 1)
+        server.step(force=True)
+        broadcast = fed.latest_broadcast().vectors[0]
+        if _sent(fed, round_index, "c0") == "omega":
+            fresh.append(round_index + 1)
+        else:
+            np.testing.assert_array_equal(broadcast, previous)
+        previous = broadcast
+    assert fresh == [*range(1, 22), 23, 25, 27, 29]
 
 
 # --------------------------------------------------------------------------- participant

@@ -823,9 +823,10 @@ class Federation:
                     del self._sent[client_id]
         for client_id, resend in missed:
             _logger.warning(
-                f"{client_id}: the upload for round {broadcast.round} of {self.name!r} arrived "
-                "after the server closed the round"
-                + (" and is re-sent to the open round." if resend is not None else ".")
+                f"{client_id}: the upload for round {broadcast.round} of {self.name!r} is not "
+                "in its broadcast (it arrived after the server closed the round, or the server "
+                "refused it)"
+                + ("; it is re-sent to the open round." if resend is not None else ".")
             )
             if resend is not None:
                 try:

@@ -65,6 +65,13 @@ BROADCAST_ROUND_ATTR = "fedbo:broadcast_round"
 
 _OWN_DIGESTS_KEPT = 4
 
+#: A pooled participant sends fresh statistics once its observations have grown by this
+#: fraction since the last ones it sent (so after every trial up to 21 observations, after every
+#: 50th at 1,000); in between it names the last ones again by digest, instead of packing,
+#: sealing and signing 26,000-41,500 numbers. The broadcast then pools at least 95% of each
+#: participant's observations.
+STATISTICS_REFRESH = 0.05
+
 #: How each sampling mode counts in :attr:`FedSampler.counts`.
 _KIND = {
     "init": "initial",
@@ -111,11 +118,12 @@ class FedThompsonSampler(FedSampler):
     In both cases, after every finished trial it uploads to the open round: by default
     (``aggregation="pooled"``) the sufficient statistics of its values, oriented for
     maximization, on the shared random features and the single-scale feature blocks
-    (:mod:`optuna_fedbo.core.pooling`); otherwise ``omega_{n,t}`` from its posterior over the
-    shared features, fitted to its values normalized as ``FTSConfig.normalization`` says: the
-    posterior mean with ``transfer="prior"``, a posterior draw (the papers' Thompson sample)
-    with ``transfer="schedule"``. Errors there are logged, never
-    raised into ``study.optimize``.
+    (:mod:`optuna_fedbo.core.pooling`), refreshed once its observations have grown by
+    :data:`STATISTICS_REFRESH` (5%; so after every trial up to 21 observations) and otherwise
+    named by digest; otherwise ``omega_{n,t}`` from its posterior over the shared features,
+    fitted to its values normalized as ``FTSConfig.normalization`` says: the posterior mean
+    with ``transfer="prior"``, a posterior draw (the papers' Thompson sample) with
+    ``transfer="schedule"``. Errors there are logged, never raised into ``study.optimize``.
 
     The participant's trials stay in its own study; only the upload leaves it. Asynchronous by
     default (each trial uses the newest broadcast it can read); ``synchronous=True`` waits, before
@@ -199,7 +207,8 @@ class FedThompsonSampler(FedSampler):
         self._reference = self._encoder.encoding.sample(
             256, np.random.default_rng([federation.seed, 2])
         )
-        self._reference_features = self._features(self._reference)
+        # Their features under each feature map the observations are kept on, once needed.
+        self._reference_features: dict[int, np.ndarray] = {}
         # The last fits (warm starts) of the GP with the broadcast as prior mean and of the
         # participant's own GP.
         self._gp_fit: GPFitState | None = None
@@ -209,6 +218,8 @@ class FedThompsonSampler(FedSampler):
         # ((study, observation count, trial number, normalization), posterior) of the last
         # upload that added a finished trial by hand.
         self._uploaded_posterior: tuple[tuple[Any, ...], LinearPosterior] | None = None
+        # (study, observation count, packed statistics) last sent in full (pooled).
+        self._sent_statistics: tuple[tuple[int, int], int, np.ndarray] | None = None
         # One-step-ahead scores of the own GP against the GP with the broadcast, and the two
         # predictions of each running transfer trial (own, transfer, normalization, values).
         self._one_step = OneStepRanking()
@@ -464,11 +475,15 @@ class FedThompsonSampler(FedSampler):
 
         broadcast = self._usable_broadcast()
         function = None if broadcast is None else self._broadcast_function(broadcast)
+        # The feature map the broadcast function is on: one of those kept for the observations.
+        block = 0 if function is None else self._feature_maps.index(function.feature_map)
         with self._lock:
             posterior = self._posterior(study)
             # Replaced, never changed in place, as observations come in: no copies needed.
             points = self._observations.points
             features = self._observations.features
+            block_features = self._observations.features_under(block)
+            reference_features = self._reference_features.get(block)
             location = self._normalization()
             values = (self._observations.targets - location[0]) / location[1]
             transfer_fit, own_fit = self._gp_fit, self._own_gp_fit
@@ -486,15 +501,13 @@ class FedThompsonSampler(FedSampler):
                 # weight is about one where it has the shape of the participant's normalized
                 # values, however many participants it averages (which shrinks it) and however
                 # noisy.
-                # The features already computed, if the broadcast is on the shared ones.
-                shared = function.feature_map is self._features
-                reference = function.values(
-                    self._reference, features=self._reference_features if shared else None
-                )
+                if reference_features is None:
+                    reference_features = function.feature_map(self._reference)
+                    with self._lock:
+                        self._reference_features[block] = reference_features
+                reference = function.values(self._reference, features=reference_features)
                 shift, spread = float(reference.mean()), max(float(reference.std()), 1e-12)
-                at_points = (
-                    function.values(points, features=features if shared else None) - shift
-                ) / spread
+                at_points = (function.values(points, features=block_features) - shift) / spread
                 weight, _, _ = prior_weight(
                     posterior,
                     features.T @ at_points,
@@ -721,33 +734,41 @@ class FedThompsonSampler(FedSampler):
             )
 
     def _upload(self, study: Study, trial: FrozenTrial, value: float | None) -> None:
-        """Upload the posterior given the stored trials and the finished one's ``value``."""
+        """Upload after a finished trial: the statistics of the stored trials and the finished
+        one's ``value`` (pooled), or the vector of the posterior given them."""
+        pooled = self._fts.aggregation == "pooled"
         with self._lock:
             self._observations.update(study)
             blocks = self._observations.statistics
             extra = None
             if value is not None and self._encoder.contains(trial.params):
-                # after_trial runs before the trial is stored as complete: add it by hand.
-                point = self._encoder.encode([trial.params])
                 extra = value
-                blocks = [_copy_statistics(block) for block in blocks]
-                for block, features in zip(blocks, self._feature_maps):
-                    block.add(features(point), np.array([extra]))
-            statistics = blocks[0]
-            n_observations = statistics.count
+            n_observations = self._observations.count + (extra is not None)
             if n_observations == 0:
                 _logger.debug(f"{self.client_id}: no observation yet, nothing to upload.")
                 return
+            held = self._statistics_held(study, n_observations) if pooled else None
+            if held is not None:
+                blocks = blocks[:1]  # only the shared features' posterior is computed below
+            if extra is not None:
+                # after_trial runs before the trial is stored as complete: add it by hand.
+                point = self._encoder.encode([trial.params])
+                blocks = [_copy_statistics(block) for block in blocks]
+                for block, features in zip(blocks, self._feature_maps):
+                    block.add(features(point), np.array([extra]))
             location = self._normalization(extra)
-            posterior = statistics.posterior(self._fts.noise_variance, standardize=location)
+            posterior = blocks[0].posterior(self._fts.noise_variance, standardize=location)
             if extra is not None:
                 key = (study_key(study), n_observations, trial.number, location)
                 self._uploaded_posterior = (key, posterior)
-        if self._fts.aggregation == "pooled":
+            if pooled and held is None:
+                held = pack_blocks(blocks)
+                self._sent_statistics = (study_key(study), n_observations, held)
+        if pooled:
             # The statistics of the values themselves: the server pools them and standardizes
             # everyone's values together (one scale; each participant's own normalization,
             # from a few initial values, would differ from participant to participant).
-            omega = pack_blocks(blocks)
+            omega = held
         elif self._fts.transfer == "prior":
             # The default without pooling shares the posterior mean, the participant's best
             # estimate (the average of samples is noisier at equal privacy).
@@ -761,15 +782,26 @@ class FedThompsonSampler(FedSampler):
             iteration=n_observations - self._fts.n_init,
         )
         with self._lock:
-            self._own_digests[round_index] = vector_digest(omega)
-            for old in sorted(self._own_digests)[:-_OWN_DIGESTS_KEPT]:
-                del self._own_digests[old]
+            if self._fts.aggregation == "sample":  # to leave its own vector out of a draw
+                self._own_digests[round_index] = vector_digest(omega)
+                for old in sorted(self._own_digests)[:-_OWN_DIGESTS_KEPT]:
+                    del self._own_digests[old]
             if self._last_upload_round is None or round_index > self._last_upload_round:
                 self._last_upload_round = round_index
         if n_observations > self._fts.n_init:  # round 0 stays open during initial designs
             self._uploaded_to(round_index)
             if self._stalled(round_index):
                 self._check_progress(stalled=True)
+
+    def _statistics_held(self, study: Study, n_observations: int) -> np.ndarray | None:
+        """The packed statistics last sent, if they are to be sent again (lock held): until the
+        observations have grown by ``STATISTICS_REFRESH``; ``None``: send fresh ones."""
+        if self._sent_statistics is None:
+            return None
+        key, count, packed = self._sent_statistics
+        if key == study_key(study) and count <= n_observations < count * (1 + STATISTICS_REFRESH):
+            return packed
+        return None
 
 
 def _conflict_message(

@@ -44,7 +44,7 @@ class TrialObservations:
         self.statistics = [SufficientStatistics(f.n_features) for f in self.feature_maps]
         self.best_point: np.ndarray | None = None
         self.best_value = -math.inf
-        self._rows = _Rows(encoder.n_columns, self.feature_maps[0].n_features)
+        self._rows = _Rows(encoder.n_columns, [f.n_features for f in self.feature_maps])
         self._seen: set[int] = set()
         # The study's trials before this position are finished and have all been considered,
         # and the number of the last of them.
@@ -64,7 +64,11 @@ class TrialObservations:
     @property
     def features(self) -> np.ndarray:
         """The points' features under the first feature map (computed once per trial)."""
-        return self._rows.features
+        return self._rows.features[0]
+
+    def features_under(self, index: int) -> np.ndarray:
+        """The points' features under feature map ``index`` (computed once per trial)."""
+        return self._rows.features[index]
 
     @property
     def targets(self) -> np.ndarray:
@@ -111,7 +115,7 @@ class TrialObservations:
     def _reset(self, key: tuple[int, int]) -> None:
         self.statistics = [SufficientStatistics(f.n_features) for f in self.feature_maps]
         self.best_point, self.best_value = None, -math.inf
-        self._rows = _Rows(self.encoder.n_columns, self.feature_maps[0].n_features)
+        self._rows = _Rows(self.encoder.n_columns, [f.n_features for f in self.feature_maps])
         self._seen = set()
         self._finished_prefix = (0, None)
         self._study_key = key
@@ -126,7 +130,7 @@ class TrialObservations:
         phis = [features(points) for features in self.feature_maps]
         for phi, statistics in zip(phis, self.statistics):
             statistics.add(phi, targets)
-        self._rows.append(points, phis[0], targets)
+        self._rows.append(points, phis, targets)
         best = int(np.argmax(targets))
         if targets[best] > self.best_value:
             self.best_value, self.best_point = float(targets[best]), points[best]
@@ -142,20 +146,27 @@ class TrialObservations:
 
 
 class _Rows:
-    """Points, features and targets, appended in amortized constant time per row.
+    """Points, their features under each feature map, and targets, appended in amortized
+    constant time per row.
 
     The arrays handed out are read-only views of the filled rows. Appending writes only past
     them (or into a new, larger buffer), so a view taken earlier never changes.
     """
 
-    def __init__(self, n_columns: int, n_features: int) -> None:
+    def __init__(self, n_columns: int, n_features: Sequence[int]) -> None:
         self._n = 0
-        self._buffers = [np.zeros((0, n_columns)), np.zeros((0, n_features)), np.zeros(0)]
-        self.points, self.features, self.targets = self._views()
+        self._buffers = [
+            np.zeros((0, n_columns)),
+            *(np.zeros((0, m)) for m in n_features),
+            np.zeros(0),
+        ]
+        self._set_views()
 
-    def append(self, points: np.ndarray, features: np.ndarray, targets: np.ndarray) -> None:
+    def append(
+        self, points: np.ndarray, features: Sequence[np.ndarray], targets: np.ndarray
+    ) -> None:
         n = self._n + len(targets)
-        for k, rows in enumerate((points, features, targets)):
+        for k, rows in enumerate((points, *features, targets)):
             buffer = self._buffers[k]
             if n > len(buffer):
                 larger = np.zeros((max(n, 2 * len(buffer), 64), *buffer.shape[1:]))
@@ -163,10 +174,10 @@ class _Rows:
                 self._buffers[k] = buffer = larger
             buffer[self._n : n] = rows
         self._n = n
-        self.points, self.features, self.targets = self._views()
+        self._set_views()
 
-    def _views(self) -> list[np.ndarray]:
+    def _set_views(self) -> None:
         views = [buffer[: self._n] for buffer in self._buffers]
         for view in views:
             view.flags.writeable = False
-        return views
+        self.points, *self.features, self.targets = views

@@ -8,6 +8,8 @@ writes only the participant's own upload key of the open round. ``Federation.fea
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 import threading
 import time
 
@@ -17,6 +19,7 @@ import optuna
 from optuna_fedbo.core.pooling import pooling_feature_maps
 from optuna_fedbo.core.rff import multiscale_range
 from optuna_fedbo.core.rff import RandomFourierFeatures
+from optuna_fedbo.federation._codec import vector_digest
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fts.config import FTSConfig
 from optuna_fedbo.federation.fts.messages import Broadcast
@@ -29,6 +32,17 @@ _logger = optuna.logging.get_logger(__name__)
 
 #: Tries of an upload whose round closes while it is written.
 _UPLOAD_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class _SentVector:
+    """A vector a participant sent in full: a read-only copy, its digest, round and the server
+    epoch then."""
+
+    vector: np.ndarray
+    digest: str
+    round: int
+    epoch: int
 
 
 class FTSChannel:
@@ -50,6 +64,11 @@ class FTSChannel:
         self._partition: SubregionPartition | None = None
         self._broadcast: Broadcast | None = None
         self._broadcast_trial: int | None = None
+        # Pooled statistics: each participant's last vector sent in full, and (round, server
+        # epoch, re-send in full) of its last upload by digest when that came later.
+        self._sent_vectors: dict[str, _SentVector] = {}
+        self._references: dict[str, tuple[int, int, Callable[[], None]]] = {}
+        self._epoch = 0
 
     def features(self) -> RandomFourierFeatures:
         """The shared random features ``phi`` (identical for everyone: public seed)."""
@@ -127,6 +146,9 @@ class FTSChannel:
     ) -> Broadcast | None:
         """Block until round ``round_index`` (or a later one) is published.
 
+        Statistics this process sent to that round by digest are re-sent in full as soon as a
+        new server has started (it does not hold them), and when the timeout expires.
+
         Returns:
             The newest broadcast, or ``None`` if the timeout expired first or the privacy
             budget ran out before that round (see :meth:`budget_exhausted`).
@@ -139,7 +161,9 @@ class FTSChannel:
             if self.federation.budget_exhausted() is not None:
                 return None
             if deadline is not None and time.monotonic() >= deadline:
+                self._resend_references(round_index, stalled=True)
                 return None
+            self._resend_references(round_index, stalled=False)
             time.sleep(poll_interval)
 
     def upload(
@@ -152,7 +176,11 @@ class FTSChannel:
     ) -> int:
         """Send a participant's vector to the open round.
 
-        A second upload by the same participant in the same round replaces the first.
+        A second upload by the same participant in the same round replaces the first. With
+        ``aggregation="pooled"``, a vector identical to the participant's last one, which went
+        to an earlier round, is sent as its digest only (the server holds it); if the server
+        does not use it (it restarted meanwhile), the vector itself is re-sent when this
+        process reads that round's broadcast.
 
         Args:
             client_id: The participant (must have joined).
@@ -181,8 +209,37 @@ class FTSChannel:
             raise ValueError("omega contains NaN or infinity; it is not uploaded.")
         if self.federation.index_of(client_id) is None:
             raise ValueError(f"{client_id!r} has not joined federation {self.federation.name!r}.")
+        return self._send(client_id, omega, n_observations, iteration, by_reference=True)
+
+    def _send(
+        self,
+        client_id: str,
+        omega: np.ndarray,
+        n_observations: int,
+        iteration: int,
+        *,
+        by_reference: bool,
+    ) -> int:
+        """Seal and write a checked upload; ``by_reference``: by digest where the server holds
+        it (the same vector went to an earlier round, and no server has started since)."""
+        pooled = self.config.aggregation == "pooled"
+
+        def resend() -> None:
+            self._send(client_id, omega, n_observations, iteration, by_reference=False)
+
         for attempt in range(_UPLOAD_ATTEMPTS):
             round_index = self.federation.open_round()
+            epoch = self._server_epoch() if pooled else 0
+            with self._lock:
+                sent = self._sent_vectors.get(client_id)
+            same_as = None
+            if (
+                by_reference
+                and sent is not None
+                and (sent.round < round_index and sent.epoch == epoch)
+                and np.array_equal(sent.vector, omega)
+            ):
+                same_as = sent.digest
             payload = encode_upload(
                 config_hash=self.federation.config_hash,
                 round_index=round_index,
@@ -190,17 +247,10 @@ class FTSChannel:
                 omega=omega,
                 n_observations=n_observations,
                 iteration=iteration,
+                same_as=same_as,
             )
             try:
-                self.federation.send_upload(
-                    client_id,
-                    round_index,
-                    payload,
-                    resend=lambda: self.upload(
-                        client_id, omega, n_observations=n_observations, iteration=iteration
-                    ),
-                )
-                return round_index
+                self.federation.send_upload(client_id, round_index, payload, resend=resend)
             except Exception:
                 # The round closed between reading the pointer and writing (its uploads study
                 # is gone: KeyError, or on SQLite a StaleDataError while the server deletes
@@ -208,7 +258,44 @@ class FTSChannel:
                 if attempt == _UPLOAD_ATTEMPTS - 1 or not self._closed_since(round_index):
                     raise
                 _logger.debug(f"Round {round_index} closed during an upload; retrying.")
+                continue
+            if pooled:
+                with self._lock:
+                    if same_as is not None:
+                        self._references[client_id] = (round_index, epoch, resend)
+                    else:
+                        vector = omega.copy()
+                        vector.flags.writeable = False
+                        self._sent_vectors[client_id] = _SentVector(
+                            vector, vector_digest(vector), round_index, epoch
+                        )
+                        self._references.pop(client_id, None)
+            return round_index
         raise AssertionError("unreachable")
+
+    def _server_epoch(self) -> int:
+        """The newest server epoch started on the federation (0 before the first server)."""
+        store = self.federation.store
+        with self._lock:
+            epoch = self._epoch
+        while store.has_server_epoch(epoch + 1):
+            epoch += 1
+        with self._lock:
+            self._epoch = max(self._epoch, epoch)
+            return self._epoch
+
+    def _resend_references(self, round_index: int, *, stalled: bool) -> None:
+        """Re-send in full the uploads to ``round_index`` that named statistics by digest, if a
+        server has started since (it does not hold them) or the round has ``stalled``."""
+        with self._lock:
+            pending = {c: r for c, r in self._references.items() if r[0] == round_index}
+        if not pending:
+            return
+        epoch = self._server_epoch()
+        for client_id, (_, sent_epoch, resend) in pending.items():
+            if stalled or sent_epoch != epoch:
+                _logger.info(f"{client_id}: re-sending its statistics in full.")
+                resend()
 
     def _closed_since(self, round_index: int) -> bool:
         """Whether ``round_index`` is no longer the open round (waits briefly for the server to

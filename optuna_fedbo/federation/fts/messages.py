@@ -3,6 +3,10 @@
 Both are JSON objects stored as strings; vectors are exact float64 in base64. Parsing checks
 every field, so that a malformed, non-finite, wrong-length or foreign upload is rejected with a
 reason instead of reaching the aggregation.
+
+An upload whose vector is one the participant already sent in an earlier round (a pooled
+participant's statistics between refreshes, :mod:`optuna_fedbo.samplers`) carries its digest,
+``same_as``, instead: the server resolves it against the vector it holds from that participant.
 """
 
 from __future__ import annotations
@@ -57,20 +61,28 @@ def encode_upload(
     omega: np.ndarray,
     n_observations: int,
     iteration: int,
+    same_as: str | None = None,
 ) -> str:
-    """Serialize an upload."""
-    return canonical_json(
-        {
-            "format": MESSAGE_FORMAT,
-            "config": config_hash,
-            "round": int(round_index),
-            "client": client_id,
-            "omega": encode_array(omega),
-            "n_observations": int(n_observations),
-            "iteration": int(iteration),
-            "sent_at": time.time(),
-        }
-    )
+    """Serialize an upload.
+
+    Args:
+        same_as: ``omega``'s :func:`~optuna_fedbo.federation._codec.vector_digest`, to send
+            instead of ``omega`` (the server holds it from an earlier round).
+    """
+    record = {
+        "format": MESSAGE_FORMAT,
+        "config": config_hash,
+        "round": int(round_index),
+        "client": client_id,
+        "n_observations": int(n_observations),
+        "iteration": int(iteration),
+        "sent_at": time.time(),
+    }
+    if same_as is not None:
+        record["same_as"] = same_as
+    else:
+        record["omega"] = encode_array(omega)
+    return canonical_json(record)
 
 
 def _int_field(record: dict[str, Any], key: str) -> int:
@@ -80,6 +92,23 @@ def _int_field(record: dict[str, Any], key: str) -> int:
     return value
 
 
+def _vector(record: dict[str, Any], held: tuple[str, np.ndarray] | None) -> np.ndarray:
+    """The upload's vector: its own, or the ``held`` one that its ``same_as`` names."""
+    if "same_as" not in record:
+        try:
+            return decode_array(record.get("omega"))
+        except ValueError as error:
+            raise UploadRejected(f"malformed vector ({error})") from None
+    if "omega" in record:
+        raise UploadRejected("an upload has either a vector or 'same_as', not both")
+    if held is None or record["same_as"] != held[0]:
+        raise UploadRejected(
+            "it names, with 'same_as', a vector the server does not hold (the server restarted "
+            "or the vector was refused); the participant re-sends it"
+        )
+    return held[1]
+
+
 def parse_upload(
     text: Any,
     *,
@@ -87,8 +116,18 @@ def parse_upload(
     round_index: int,
     config_hash: str,
     length: int,
+    held: tuple[str, np.ndarray] | None = None,
 ) -> Upload:
     """Parse and check an upload found under ``client_id``'s key of round ``round_index``.
+
+    Args:
+        text: The opened upload.
+        client_id: The participant whose key it was found under.
+        round_index: The round it was found in.
+        config_hash: The federation's configuration hash.
+        length: The vectors' length.
+        held: ``(digest, vector)`` of the newest vector the server holds from ``client_id``,
+            which an upload may name by its digest (``same_as``); ``None``: none.
 
     Raises:
         UploadRejected: With the reason, if the upload must not be aggregated.
@@ -110,10 +149,7 @@ def parse_upload(
         )
     if _int_field(record, "round") != round_index:
         raise UploadRejected(f"written in round {round_index} for round {record.get('round')!r}")
-    try:
-        omega = decode_array(record.get("omega"))
-    except ValueError as error:
-        raise UploadRejected(f"malformed vector ({error})") from None
+    omega = _vector(record, held)
     if omega.shape != (length,):
         raise UploadRejected(f"vector of shape {omega.shape}, expected ({length},)")
     if not np.all(np.isfinite(omega)):

@@ -5,7 +5,9 @@ One round (DP-FTS-DE, Algorithm 1) is ``collect -> aggregate -> publish``:
 1. *collect*: read the open round's sealed uploads, check each one's signature and binding and
    open it (only the server can), parse and check it (forged, copied, replayed, oversized,
    wrong configuration, unknown participant, wrong length, NaN/inf or absurd values,
-   malformed: rejected and logged, never aggregated);
+   malformed: rejected and logged, never aggregated); with ``aggregation="pooled"``, an upload
+   may name by digest the statistics its participant sent before, which the server keeps (in
+   memory: after a restart such an upload is refused, and the participant re-sends them);
 2. *aggregate*: for ``aggregation="weighted"``, one vector per sub-region,
    ``omega^(i) = sum_n phi_n^(i) omega_n`` with DP-FTS-DE's softmax weights
    (:func:`optuna_fedbo.core.weights.subregion_weights`, renormalized over the participants
@@ -51,6 +53,7 @@ from optuna_fedbo.core.pooling import select_posterior
 from optuna_fedbo.core.pooling import unpack_blocks
 from optuna_fedbo.core.weights import subregion_weights
 from optuna_fedbo.core.weights import WeightSchedule
+from optuna_fedbo.federation._codec import vector_digest
 from optuna_fedbo.federation._polling import poll_rounds
 from optuna_fedbo.federation._uploads import UploadCollector
 from optuna_fedbo.federation._uploads import UploadRejected
@@ -138,6 +141,12 @@ class FTSServer(FederationServer):
             decay_rounds=fts.weight_decay_rounds,
         )
         self._uploads: UploadCollector[Upload] = UploadCollector(self._open_upload)
+        # The newest statistics received from each participant (aggregation="pooled"), which
+        # a later upload may name instead of repeating them (in memory only: after a restart
+        # such an upload is refused, and its participant re-sends the statistics).
+        self._held: dict[str, tuple[str, np.ndarray]] = {}
+        # (participants and digests, vectors, feature block) of the last pooled aggregation.
+        self._last_pooled: tuple[tuple[tuple[str, str], ...], np.ndarray, int] | None = None
         self._last_published = -1
         self._staged: _Staged | None = None
         self._ledger: PrivacyLedger | None = None
@@ -326,12 +335,14 @@ class FTSServer(FederationServer):
                 round_index=round_index,
                 config_hash=config_hash,
                 length=length,
+                held=self._held.get(client_id),
             )
             if self._fts.aggregation == "pooled":
                 try:
                     unpack_blocks(upload.omega, self._fts.n_features)
                 except ValueError as error:
                     raise UploadRejected(f"inconsistent statistics ({error})") from None
+                self._held[client_id] = (vector_digest(upload.omega), upload.omega)
             return upload
 
         valid, rejected = self._uploads.collect(
@@ -373,11 +384,17 @@ class FTSServer(FederationServer):
         than that factor.
         """
         if self._fts.aggregation == "pooled":
-            block, mean = select_posterior(
-                [unpack_blocks(u.omega, self._fts.n_features) for u in uploads],
-                robust_factor=ROBUST_CLIP_FACTOR,
-            )
-            return mean[None, :], block
+            # The same statistics as the last round's (participants between refreshes): the
+            # same posterior. (A valid upload is its participant's newest parsed one, whose
+            # vector and digest _held keeps.)
+            key = tuple((u.client_id, self._held[u.client_id][0]) for u in uploads)
+            if self._last_pooled is None or self._last_pooled[0] != key:
+                block, mean = select_posterior(
+                    [unpack_blocks(u.omega, self._fts.n_features) for u in uploads],
+                    robust_factor=ROBUST_CLIP_FACTOR,
+                )
+                self._last_pooled = (key, mean[None, :], block)
+            return self._last_pooled[1], self._last_pooled[2]
         omegas = np.stack([u.omega for u in uploads])
         if len(omegas) >= 3:
             norms = _norms(omegas)
