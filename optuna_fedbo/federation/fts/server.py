@@ -329,15 +329,17 @@ class FTSServer(FederationServer):
         length = self._fts.upload_length
 
         def parse(client_id: str, text: str) -> Upload:
+            held = self._held.get(client_id)
             upload = parse_upload(
                 text,
                 client_id=client_id,
                 round_index=round_index,
                 config_hash=config_hash,
                 length=length,
-                held=self._held.get(client_id),
+                held=held,
             )
-            if self._fts.aggregation == "pooled":
+            if self._fts.aggregation == "pooled" and (held is None or upload.omega is not held[1]):
+                # New statistics (not the ones held, named by digest): check them, keep them.
                 try:
                     unpack_blocks(upload.omega, self._fts.n_features)
                 except ValueError as error:
