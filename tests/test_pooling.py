@@ -310,19 +310,26 @@ def test_a_new_server_gets_the_statistics_in_full_again() -> None:
     assert restarted.step().contributors == ("c0",)
 
 
-@pytest.mark.usefixtures("propagate")
-def test_statistics_named_to_a_server_that_does_not_hold_them_are_re_sent_in_full(
-    caplog,
-) -> None:
-    """The server restarts after the upload by digest: refused, then re-sent in full."""
+def _named_by_digest() -> Federation:
+    """A federation whose round 0 had c0's and c1's statistics, and where c0 has sent its
+    again, by digest, to round 1."""
     fed = _federation(n_clients=2)
     server = FederationServer(fed)
     fed.upload("c0", _packed(fed, 0), n_observations=6, iteration=0)
     fed.upload("c1", _packed(fed, 1), n_observations=6, iteration=0)
     server.step()
     fed.upload("c0", _packed(fed, 0), n_observations=7, iteration=1)
-    fed.upload("c1", _packed(fed, 2), n_observations=7, iteration=1)
     assert _sent(fed, 1, "c0") == "same_as"
+    return fed
+
+
+@pytest.mark.usefixtures("propagate")
+def test_statistics_named_to_a_server_that_does_not_hold_them_are_re_sent_in_full(
+    caplog,
+) -> None:
+    """The server restarts after the upload by digest: refused, then re-sent in full."""
+    fed = _named_by_digest()
+    fed.upload("c1", _packed(fed, 2), n_observations=7, iteration=1)
     restarted = FederationServer(fed, discard_uploads=False)
     with caplog.at_level(logging.WARNING):
         report = restarted.step(force=True)
@@ -337,13 +344,7 @@ def test_statistics_named_to_a_server_that_does_not_hold_them_are_re_sent_in_ful
 @pytest.mark.parametrize("restart", [True, False])
 def test_a_participant_waiting_for_a_round_re_sends_statistics_named_by_digest(restart) -> None:
     """When a new server starts (at once) or the wait times out (a round that never closes)."""
-    fed = _federation(n_clients=2)
-    server = FederationServer(fed)
-    fed.upload("c0", _packed(fed, 0), n_observations=6, iteration=0)
-    fed.upload("c1", _packed(fed, 1), n_observations=6, iteration=0)
-    server.step()
-    fed.upload("c0", _packed(fed, 0), n_observations=7, iteration=1)
-    assert _sent(fed, 1, "c0") == "same_as"
+    fed = _named_by_digest()
     if restart:
         FederationServer(fed)
     assert fed.wait_for_round(1, timeout=0.3 if restart else 0.1, poll_interval=0.01) is None
