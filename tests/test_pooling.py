@@ -384,9 +384,16 @@ def test_an_upload_by_digest_is_checked_at_the_boundary() -> None:
         parse(json.dumps(both), (vector_digest(vector), vector))
 
 
-def test_a_pooled_participant_refreshes_its_statistics_every_five_percent() -> None:
+def test_a_pooled_participant_refreshes_its_statistics_every_five_percent(monkeypatch) -> None:
     """Fresh statistics after every trial up to 21 observations, then once they have grown by
-    5%; in between the last ones again, by digest, and the broadcast does not change."""
+    5%; in between the last ones again, by digest, and the server reuses its posterior."""
+    pooled = []
+
+    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        pooled.append(1)
+        return select_posterior(*args, **kwargs)
+
+    monkeypatch.setattr("optuna_fedbo.federation.fts.server.select_posterior", counted)
     fed = _federation(n_clients=1, n_init=2)
     server = FederationServer(fed, discard_uploads=False)
     study = optuna.create_study(sampler=FedThompsonSampler(fed, "c0", seed=0))
@@ -402,6 +409,7 @@ def test_a_pooled_participant_refreshes_its_statistics_every_five_percent() -> N
             np.testing.assert_array_equal(broadcast, previous)
         previous = broadcast
     assert fresh == [*range(1, 22), 23, 25, 27, 29]
+    assert len(pooled) == len(fresh)
 
 
 # --------------------------------------------------------------------------- participant
