@@ -229,40 +229,53 @@ def pooled_posterior(
     Returns:
         ``(mean, log evidence)``; ``mean`` has the features' length.
     """
-    n_features, n_sites = statistics[0].n_features, len(statistics)
-    gram = sum(w * s.gram for w, s in zip(weights, statistics))
-    feature_sums = np.stack([w * s.feature_sum for w, s in zip(weights, statistics)], axis=1)
-    feature_target = sum(w * s.feature_target for w, s in zip(weights, statistics))
-    counts = np.array([w * s.count for w, s in zip(weights, statistics)])
-    target_sums = np.array([w * s.target_sum for w, s in zip(weights, statistics)])
-    square_sum = float(sum(w * s.target_square_sum for w, s in zip(weights, statistics)))
-    total = float(counts.sum())
-    mean = float(target_sums.sum()) / total
-    std = math.sqrt(max(square_sum / total - mean * mean, 0.0))
-    if std <= 1e-12 * max(1.0, abs(mean)):
-        std = 1.0
-    # The standardized values' sums: (y - mean) / std.
-    square_sum = max((square_sum - total * mean * mean) / (std * std), 0.0)
-    feature_target = (feature_target - mean * feature_sums.sum(axis=1)) / std
-    target_sums = (target_sums - mean * counts) / std
-    count = max(int(round(total)), 1)
-    if offset_scale <= 0:
-        posterior = LinearPosterior(gram, feature_target, noise_variance, square_sum, count)
-        return posterior.mean, posterior.log_marginal_likelihood()
-    augmented = np.zeros((n_features + n_sites, n_features + n_sites))
-    augmented[:n_features, :n_features] = gram
-    augmented[:n_features, n_features:] = feature_sums
-    augmented[n_features:, :n_features] = feature_sums.T
-    augmented[n_features:, n_features:] = np.diag(counts)
-    posterior = LinearPosterior(
-        augmented,
-        np.concatenate([feature_target, target_sums]),
-        noise_variance,
-        square_sum,
-        count,
-        prior_scales=np.concatenate([np.ones(n_features), np.full(n_sites, offset_scale)]),
-    )
-    return posterior.mean[:n_features], posterior.log_marginal_likelihood()
+    return _PooledSums(statistics, weights).posterior(noise_variance, offset_scale)
+
+
+class _PooledSums:
+    """Everyone's weighted statistics, summed and standardized together (once per block)."""
+
+    def __init__(self, statistics: list[SufficientStatistics], weights: np.ndarray) -> None:
+        self.gram = sum(w * s.gram for w, s in zip(weights, statistics))
+        feature_sums = np.stack([w * s.feature_sum for w, s in zip(weights, statistics)], axis=1)
+        feature_target = sum(w * s.feature_target for w, s in zip(weights, statistics))
+        counts = np.array([w * s.count for w, s in zip(weights, statistics)])
+        target_sums = np.array([w * s.target_sum for w, s in zip(weights, statistics)])
+        square_sum = float(sum(w * s.target_square_sum for w, s in zip(weights, statistics)))
+        total = float(counts.sum())
+        mean = float(target_sums.sum()) / total
+        std = math.sqrt(max(square_sum / total - mean * mean, 0.0))
+        if std <= 1e-12 * max(1.0, abs(mean)):
+            std = 1.0
+        # The standardized values' sums: (y - mean) / std.
+        self.square_sum = max((square_sum - total * mean * mean) / (std * std), 0.0)
+        self.feature_target = (feature_target - mean * feature_sums.sum(axis=1)) / std
+        self.target_sums = (target_sums - mean * counts) / std
+        self.feature_sums, self.counts = feature_sums, counts
+        self.count = max(int(round(total)), 1)
+
+    def posterior(self, noise_variance: float, offset_scale: float) -> tuple[np.ndarray, float]:
+        """:func:`pooled_posterior`'s ``(mean, log evidence)`` for these sums."""
+        n_features, n_sites = self.feature_sums.shape
+        if offset_scale <= 0:
+            posterior = LinearPosterior(
+                self.gram, self.feature_target, noise_variance, self.square_sum, self.count
+            )
+            return posterior.mean, posterior.log_marginal_likelihood()
+        augmented = np.zeros((n_features + n_sites, n_features + n_sites))
+        augmented[:n_features, :n_features] = self.gram
+        augmented[:n_features, n_features:] = self.feature_sums
+        augmented[n_features:, :n_features] = self.feature_sums.T
+        augmented[n_features:, n_features:] = np.diag(self.counts)
+        posterior = LinearPosterior(
+            augmented,
+            np.concatenate([self.feature_target, self.target_sums]),
+            noise_variance,
+            self.square_sum,
+            self.count,
+            prior_scales=np.concatenate([np.ones(n_features), np.full(n_sites, offset_scale)]),
+        )
+        return posterior.mean[:n_features], posterior.log_marginal_likelihood()
 
 
 def select_posterior(
@@ -291,10 +304,10 @@ def select_posterior(
     best: tuple[float, int, np.ndarray] | None = None
     for index in range(len(participants[0])):
         block = [blocks[index] for blocks in participants]
-        weights = robust_weights(block, robust_factor)
+        sums = _PooledSums(block, robust_weights(block, robust_factor))
         for noise_variance in noise_variances:
             for offset_scale in offset_scales:
-                mean, evidence = pooled_posterior(block, weights, noise_variance, offset_scale)
+                mean, evidence = sums.posterior(noise_variance, offset_scale)
                 if best is None or evidence > best[0]:
                     best = (evidence, index, mean)
     assert best is not None
