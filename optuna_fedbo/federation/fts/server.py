@@ -51,6 +51,7 @@ from optuna.trial import TrialState
 
 from optuna_fedbo.core.pooling import select_posterior
 from optuna_fedbo.core.pooling import unpack_blocks
+from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.core.weights import subregion_weights
 from optuna_fedbo.core.weights import WeightSchedule
 from optuna_fedbo.federation._codec import vector_digest
@@ -143,8 +144,9 @@ class FTSServer(FederationServer):
         self._uploads: UploadCollector[Upload] = UploadCollector(self._open_upload)
         # The newest statistics received from each participant (aggregation="pooled"), which
         # a later upload may name instead of repeating them (in memory only: after a restart
-        # such an upload is refused, and its participant re-sends the statistics).
-        self._held: dict[str, tuple[str, np.ndarray]] = {}
+        # such an upload is refused, and its participant re-sends the statistics): their
+        # digest, the packed vector and the checked statistics of each block.
+        self._held: dict[str, tuple[str, np.ndarray, list[SufficientStatistics]]] = {}
         # (participants and digests, vectors, feature block) of the last pooled aggregation.
         self._last_pooled: tuple[tuple[tuple[str, str], ...], np.ndarray, int] | None = None
         self._last_published = -1
@@ -336,15 +338,15 @@ class FTSServer(FederationServer):
                 round_index=round_index,
                 config_hash=config_hash,
                 length=length,
-                held=held,
+                held=None if held is None else held[:2],
             )
             if self._fts.aggregation == "pooled" and (held is None or upload.omega is not held[1]):
                 # New statistics (not the ones held, named by digest): check them, keep them.
                 try:
-                    unpack_blocks(upload.omega, self._fts.n_features)
+                    blocks = unpack_blocks(upload.omega, self._fts.n_features)
                 except ValueError as error:
                     raise UploadRejected(f"inconsistent statistics ({error})") from None
-                self._held[client_id] = (vector_digest(upload.omega), upload.omega)
+                self._held[client_id] = (vector_digest(upload.omega), upload.omega, blocks)
             return upload
 
         valid, rejected = self._uploads.collect(
@@ -388,12 +390,12 @@ class FTSServer(FederationServer):
         if self._fts.aggregation == "pooled":
             # The same statistics as the last round's (participants between refreshes): the
             # same posterior. (A valid upload is its participant's newest parsed one, whose
-            # vector and digest _held keeps.)
-            key = tuple((u.client_id, self._held[u.client_id][0]) for u in uploads)
+            # statistics _held keeps.)
+            held = [self._held[u.client_id] for u in uploads]
+            key = tuple((u.client_id, digest) for u, (digest, _, _) in zip(uploads, held))
             if self._last_pooled is None or self._last_pooled[0] != key:
                 block, mean = select_posterior(
-                    [unpack_blocks(u.omega, self._fts.n_features) for u in uploads],
-                    robust_factor=ROBUST_CLIP_FACTOR,
+                    [blocks for _, _, blocks in held], robust_factor=ROBUST_CLIP_FACTOR
                 )
                 self._last_pooled = (key, mean[None, :], block)
             return self._last_pooled[1], self._last_pooled[2]
