@@ -26,6 +26,7 @@ from optuna_fedbo.federation import DPConfig
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
+from optuna_fedbo.federation._codec import encode_array
 from optuna_fedbo.federation._codec import vector_digest
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.fts.messages import encode_upload
@@ -201,6 +202,27 @@ def _upload_data(fed: Federation, client: str, seed: int) -> SufficientStatistic
     return unpack_blocks(vector, M)
 
 
+def _payload(
+    fed: Federation,
+    client: str,
+    round_index: int,
+    omega: np.ndarray,
+    *,
+    n_observations: int,
+    same_as: str | None = None,
+) -> str:
+    """An upload message of ``client`` for ``round_index`` (sent by hand, to forge or parse)."""
+    return encode_upload(
+        config_hash=fed.config_hash,
+        round_index=round_index,
+        client_id=client,
+        omega=omega,
+        n_observations=n_observations,
+        iteration=round_index,
+        same_as=same_as,
+    )
+
+
 def _sent(fed: Federation, round_index: int, client: str) -> str:
     """How a stored upload carries its vector: "omega" (in full) or "same_as" (by digest)."""
     record = json.loads(fed.read_upload(round_index, client))
@@ -233,18 +255,7 @@ def test_inconsistent_statistics_are_rejected_logged_and_never_pooled(caplog) ->
     for block in blocks:
         block.count = 1000  # claims 1,000 observations behind six
     forged = pack_blocks(blocks)
-    fed.send_upload(
-        "c1",
-        0,
-        encode_upload(
-            config_hash=fed.config_hash,
-            round_index=0,
-            client_id="c1",
-            omega=forged,
-            n_observations=1000,
-            iteration=0,
-        ),
-    )
+    fed.send_upload("c1", 0, _payload(fed, "c1", 0, forged, n_observations=1000))
     with caplog.at_level(logging.WARNING):
         report = server.step(force=True)
     assert report.contributors == ("c0",)
@@ -365,21 +376,13 @@ def test_an_upload_by_digest_is_checked_at_the_boundary() -> None:
             held=held,
         )
 
-    payload = encode_upload(
-        config_hash=fed.config_hash,
-        round_index=1,
-        client_id="c0",
-        omega=vector,
-        n_observations=7,
-        iteration=1,
-        same_as=vector_digest(vector),
-    )
+    payload = _payload(fed, "c0", 1, vector, n_observations=7, same_as=vector_digest(vector))
     assert "omega" not in json.loads(payload)
     np.testing.assert_array_equal(parse(payload, (vector_digest(vector), vector)).omega, vector)
     for held in (None, (vector_digest(vector + 1.0), vector + 1.0)):
         with pytest.raises(UploadRejected, match="does not hold"):
             parse(payload, held)
-    both = json.loads(payload) | {"omega": json.loads(payload.replace("same_as", "x"))["x"]}
+    both = json.loads(payload) | {"omega": encode_array(vector)}
     with pytest.raises(UploadRejected, match="either a vector or 'same_as'"):
         parse(json.dumps(both), (vector_digest(vector), vector))
 
