@@ -14,10 +14,13 @@ from optuna.distributions import FloatDistribution
 import pytest
 
 from optuna_fedbo import LocalGPSampler
+from optuna_fedbo.core.acquisition import LinearAcquisition
+from optuna_fedbo.core.gp import REFIT_GROWTH
 from optuna_fedbo.core.local_model import normalization
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
+from optuna_fedbo.samplers import _fed_thompson
 from optuna_fedbo.samplers._fed_thompson import FedThompsonSampler
 from optuna_fedbo.simulation import simulate
 
@@ -201,6 +204,58 @@ def test_the_own_gp_replaces_a_broadcast_that_ordered_the_latest_trials_worse() 
     modes = [t.system_attrs["fedbo:mode"] for t in study.trials[5:]]
     assert sampler.counts.local == modes.count("own")
     assert sampler.counts.federated == modes.count("transfer")
+
+
+def test_the_broadcast_is_weighed_again_as_often_as_hyperparameters_are_refitted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At every trial in small studies; from REFIT_FROM observations on, once the observations
+    have grown by 10% or the broadcast comes on another feature block."""
+    monkeypatch.setattr(_fed_thompson, "REFIT_FROM", 8)
+    fed = _federation(n_clients=1)
+    server = FederationServer(fed)
+    sampler = FedThompsonSampler(fed, "a", seed=0)
+    steps, weighings = [], []
+    broadcast_function, prior_weight = sampler._broadcast_function, _fed_thompson.prior_weight
+
+    def step(broadcast):
+        function = broadcast_function(broadcast)
+        if sampler._observations.count in (20, 21):  # as if broadcast on another block
+            block = (sampler._feature_maps.index(function.feature_map) + 1) % 5
+            other = sampler._feature_maps[block]
+            function = LinearAcquisition(other, np.linspace(-1, 1, other.n_features))
+        block = sampler._feature_maps.index(function.feature_map)
+        steps.append((sampler._observations.count, block))
+        return function
+
+    def weigh(posterior, *args):
+        weighings.append(posterior.count)
+        return prior_weight(posterior, *args)
+
+    monkeypatch.setattr(sampler, "_broadcast_function", step)
+    monkeypatch.setattr(_fed_thompson, "prior_weight", weigh)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    weights = []
+
+    def objective(trial: optuna.Trial) -> float:
+        x, y = trial.suggest_float("x", 0, 1), trial.suggest_float("y", 0, 1)
+        return -((x - 0.8) ** 2) - (y - 0.3) ** 2
+
+    for _ in range(40):
+        study.optimize(objective, n_trials=1)
+        server.step(force=True)
+        if sampler._transfer_weight is not None:
+            weights.append(sampler._transfer_weight[2])
+    expected, last = [], None
+    for (count, block), weight, previous in zip(steps, weights, [None, *weights]):
+        if last is None or last[1] != block or not 8 <= count < REFIT_GROWTH * last[0]:
+            expected.append(count)
+            last = (count, block)
+        else:
+            assert weight == previous  # kept between weighings
+    assert len(steps) == 35 and weighings == expected
+    assert 10 < len(weighings) < len(steps)  # weighed at every trial below 8, then less often
+    assert {20, 22} <= set(weighings) and 21 not in weighings  # on another block, and back
 
 
 def test_normalization_modes() -> None:

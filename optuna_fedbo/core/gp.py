@@ -569,6 +569,8 @@ MAX_GP_POINTS = 128
 #: From this many observations on, hyperparameters are refitted only after the data has grown
 #: by ``refit_growth`` since the last fit (:func:`update_gp`).
 REFIT_FROM = 100
+#: The default ``refit_growth`` of :func:`update_gp`: refits after 10% more observations.
+REFIT_GROWTH = 1.1
 
 
 @dataclass(frozen=True)
@@ -587,7 +589,7 @@ def update_gp(
     *,
     prior_mean: np.ndarray | None = None,
     max_points: int = MAX_GP_POINTS,
-    refit_growth: float = 1.1,
+    refit_growth: float = REFIT_GROWTH,
 ) -> tuple[GaussianProcess, GPFitState]:
     """The GP of a growing set of observations, refitted as often as it pays.
 

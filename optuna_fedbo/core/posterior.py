@@ -58,7 +58,12 @@ class SufficientStatistics:
         if not np.all(np.isfinite(targets)):
             raise ValueError("Targets must be finite.")
         with one_blas_thread():
-            self.gram += features.T @ features
+            if len(targets) == 1:
+                # One observation (every trial): the outer product, twice as fast as the
+                # matrix product here, and the same numbers.
+                self.gram += np.outer(features[0], features[0])
+            else:
+                self.gram += features.T @ features
             self.feature_sum += features.sum(axis=0)
             self.feature_target += features.T @ targets
         self.target_sum += float(targets.sum())

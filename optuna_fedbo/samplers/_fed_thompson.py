@@ -28,6 +28,7 @@ from optuna_fedbo.core.acquisition import ScaledFunction
 from optuna_fedbo.core.acquisition import search_budget
 from optuna_fedbo.core.gp import GPFitState
 from optuna_fedbo.core.gp import REFIT_FROM
+from optuna_fedbo.core.gp import REFIT_GROWTH
 from optuna_fedbo.core.gp import update_gp
 from optuna_fedbo.core.local_model import normalization
 from optuna_fedbo.core.pooling import pack_blocks
@@ -98,7 +99,10 @@ class FedThompsonSampler(FedSampler):
       ``g(x) = phi(x)^T omega`` weighted by ``c``, the posterior mean of its weight given the
       participant's own values (:func:`~optuna_fedbo.core.transfer.prior_weight`): a broadcast
       that predicts them guides the search, one that does not is weighted to about zero
-      (``FTSConfig.transfer="prior"``). Without a broadcast the GP has no prior mean. When,
+      (``FTSConfig.transfer="prior"``). From 100 observations on, the weight is computed
+      again only as often as the GP's hyperparameters are refitted (once the observations have
+      grown by 10%) or when a broadcast comes on another feature block; in between each new
+      broadcast enters with the last weight. Without a broadcast the GP has no prior mean. When,
       over the latest ten trials, the participant's GP alone ordered each new value against
       the earlier ones better than the GP with the broadcast did (both predicting it before it
       was observed: :class:`~optuna_fedbo.core.transfer.OneStepRanking`), the trial uses the
@@ -213,10 +217,10 @@ class FedThompsonSampler(FedSampler):
         # participant's own GP.
         self._gp_fit: GPFitState | None = None
         self._own_gp_fit: GPFitState | None = None
-        # (observation count, ranking weight) of the last ranking of the broadcast.
-        self._ranking: tuple[int, float] | None = None
+        # (observation count, feature block, weight) of the broadcast's last weighing.
+        self._transfer_weight: tuple[int, int, float] | None = None
         # ((study, observation count, trial number, normalization), posterior) of the last
-        # upload that added a finished trial by hand.
+        # vector upload that added a finished trial by hand.
         self._uploaded_posterior: tuple[tuple[Any, ...], LinearPosterior] | None = None
         # (study, observation count, packed statistics) last sent in full (pooled).
         self._sent_statistics: tuple[tuple[int, int], int, np.ndarray] | None = None
@@ -312,7 +316,10 @@ class FedThompsonSampler(FedSampler):
             cached = self._points.get(trial._trial_id)
         if cached is not None:
             return cached
-        params = self._choose(study, trial)
+        # One BLAS limit for the whole step (its updates, posteriors and GPs would each set
+        # and restore it).
+        with one_blas_thread():
+            params = self._choose(study, trial)
         with self._lock:
             self._points[trial._trial_id] = params
         return params
@@ -389,7 +396,7 @@ class FedThompsonSampler(FedSampler):
     def _posterior(self, study: Study) -> LinearPosterior:
         """The posterior given the observations (lock held).
 
-        The upload after a trial already computed it with that trial added by hand; it is
+        A vector upload after a trial already computed it with that trial added by hand; it is
         reused when the observations are exactly those (the same study and count, that trial
         among them, the same normalization).
         """
@@ -478,7 +485,6 @@ class FedThompsonSampler(FedSampler):
         # The feature map the broadcast function is on: one of those kept for the observations.
         block = 0 if function is None else self._feature_maps.index(function.feature_map)
         with self._lock:
-            posterior = self._posterior(study)
             # Replaced, never changed in place, as observations come in: no copies needed.
             points = self._observations.points
             features = self._observations.features
@@ -487,82 +493,91 @@ class FedThompsonSampler(FedSampler):
             location = self._normalization()
             values = (self._observations.targets - location[0]) / location[1]
             transfer_fit, own_fit = self._gp_fit, self._own_gp_fit
-            ranking = self._ranking
+            # The broadcast is weighed again as often as hyperparameters are refitted, and
+            # whenever it comes on another feature block.
+            weighed = self._transfer_weight
+            if weighed is not None:
+                count, weighed_block, _ = weighed
+                if weighed_block != block or not REFIT_FROM <= len(values) < REFIT_GROWTH * count:
+                    weighed = None
+            posterior = (
+                self._posterior(study) if function is not None and weighed is None else None
+            )
             own_is_better = self._one_step.own_is_better()
         n = len(values)
-        with one_blas_thread():
-            own, own_fit = update_gp(points, values, own_fit, self._rng)
-            gp, prior_function, transfer = own, None, None
-            if function is None:
-                self._record(study, trial, "fallback")
-            else:
-                assert broadcast is not None
-                # g standardized over the search space (a fixed reference sample), so that its
-                # weight is about one where it has the shape of the participant's normalized
-                # values, however many participants it averages (which shrinks it) and however
-                # noisy.
-                if reference_features is None:
-                    reference_features = function.feature_map(self._reference)
-                    with self._lock:
-                        self._reference_features[block] = reference_features
-                reference = function.values(self._reference, features=reference_features)
-                shift, spread = float(reference.mean()), max(float(reference.std()), 1e-12)
-                at_points = (function.values(points, features=block_features) - shift) / spread
+        own, own_fit = update_gp(points, values, own_fit, self._rng)
+        gp, prior_function, transfer = own, None, None
+        if function is None:
+            self._record(study, trial, "fallback")
+        else:
+            assert broadcast is not None
+            # g standardized over the search space (a fixed reference sample), so that its
+            # weight is about one where it has the shape of the participant's normalized
+            # values, however many participants it averages (which shrinks it) and however
+            # noisy.
+            if reference_features is None:
+                reference_features = function.feature_map(self._reference)
+                with self._lock:
+                    self._reference_features[block] = reference_features
+            reference = function.values(self._reference, features=reference_features)
+            shift, spread = float(reference.mean()), max(float(reference.std()), 1e-12)
+            at_points = (function.values(points, features=block_features) - shift) / spread
+            if weighed is None:
+                assert posterior is not None
                 weight, _, _ = prior_weight(
                     posterior,
                     features.T @ at_points,
                     float(at_points @ at_points),
                     float(at_points @ values),
                 )
-                # The ranking weight is recomputed as often as hyperparameters are refitted.
-                if ranking is None or not REFIT_FROM <= n < 1.1 * ranking[0]:
-                    at_own = weight * (function.values(own.X) - shift) / spread
-                    ranking = (n, ranking_weight(at_own, *own.leave_one_out(), own.y, self._rng))
-                weight *= ranking[1]
-                transfer_prior = ScaledFunction(
-                    function, weight / spread, -weight * shift / spread
-                )
-                transfer_gp, transfer_fit = update_gp(
-                    points, values, transfer_fit, self._rng, prior_mean=weight * at_points
-                )
-                transfer = (transfer_gp, transfer_prior)
-                if own_is_better:
-                    self._record(study, trial, "own", broadcast.round)
-                else:
-                    gp, prior_function = transfer
-                    self._record(study, trial, "transfer", broadcast.round)
-            with self._lock:
-                self._gp_fit, self._own_gp_fit, self._ranking = transfer_fit, own_fit, ranking
-            # LocalGPSampler's search (candidates near the best trials, lengthscale-scaled
-            # refinement). Against the broadcast's own search (random candidates and the five
-            # best trials, unscaled refinement) on benchmarks/fts_value.py, 10 seed functions
-            # each, regret at 20 trials: lower on 7 of 15 problems, higher on 4 (SVC tuning:
-            # 1.60x against 1.20x the best stock sampler's), equal on 4.
-            point = maximize_on_gp(
-                LogExpectedImprovement(gp, float(values.max()), prior_function),
-                gp,
-                self._encoder.encoding,
-                self._rng,
-                points[np.argsort(-values, kind="stable")[:5]],
-                n_observations=n,
-                n_candidates=self._n_candidates,
-                n_refinements=self._n_refinements,
+                at_own = weight * (function.values(own.X) - shift) / spread
+                weight *= ranking_weight(at_own, *own.leave_one_out(), own.y, self._rng)
+                weighed = (n, block, weight)
+            weight = weighed[2]
+            transfer_prior = ScaledFunction(function, weight / spread, -weight * shift / spread)
+            transfer_gp, transfer_fit = update_gp(
+                points, values, transfer_fit, self._rng, prior_mean=weight * at_points
             )
-            if transfer is not None:
-                # Both models' predictions of the chosen point, scored once it is observed.
-                x = point[None, :]
-                own_prediction = float(own.predict(x, return_std=False)[0][0])
-                transfer_gp, transfer_prior = transfer
-                transfer_prediction = float(
-                    transfer_gp.predict(x, transfer_prior.values(x), return_std=False)[0][0]
+            transfer = (transfer_gp, transfer_prior)
+            if own_is_better:
+                self._record(study, trial, "own", broadcast.round)
+            else:
+                gp, prior_function = transfer
+                self._record(study, trial, "transfer", broadcast.round)
+        with self._lock:
+            self._gp_fit, self._own_gp_fit = transfer_fit, own_fit
+            if weighed is not None:
+                self._transfer_weight = weighed
+        # LocalGPSampler's search (candidates near the best trials, lengthscale-scaled
+        # refinement). Against the broadcast's own search (random candidates and the five
+        # best trials, unscaled refinement) on benchmarks/fts_value.py, 10 seed functions
+        # each, regret at 20 trials: lower on 7 of 15 problems, higher on 4 (SVC tuning:
+        # 1.60x against 1.20x the best stock sampler's), equal on 4.
+        point = maximize_on_gp(
+            LogExpectedImprovement(gp, float(values.max()), prior_function),
+            gp,
+            self._encoder.encoding,
+            self._rng,
+            points[np.argsort(-values, kind="stable")[:5]],
+            n_observations=n,
+            n_candidates=self._n_candidates,
+            n_refinements=self._n_refinements,
+        )
+        if transfer is not None:
+            # Both models' predictions of the chosen point, scored once it is observed.
+            x = point[None, :]
+            own_prediction = float(own.predict(x, return_std=False)[0][0])
+            transfer_gp, transfer_prior = transfer
+            transfer_prediction = float(
+                transfer_gp.predict(x, transfer_prior.values(x), return_std=False)[0][0]
+            )
+            with self._lock:
+                self._predictions[trial._trial_id] = (
+                    own_prediction,
+                    transfer_prediction,
+                    location,
+                    values,
                 )
-                with self._lock:
-                    self._predictions[trial._trial_id] = (
-                        own_prediction,
-                        transfer_prediction,
-                        location,
-                        values,
-                    )
         return self._encoder.decode(point)
 
     def _local_step(
@@ -723,7 +738,8 @@ class FedThompsonSampler(FedSampler):
         if self.budget_exhausted:
             return  # nothing will be published any more: nothing leaves the participant
         try:
-            self._upload(study, trial, value)
+            with one_blas_thread():
+                self._upload(study, trial, value)
         except Exception:
             if self.budget_exhausted:  # exhausted while uploading
                 return
@@ -747,23 +763,18 @@ class FedThompsonSampler(FedSampler):
             if n_observations == 0:
                 _logger.debug(f"{self.client_id}: no observation yet, nothing to upload.")
                 return
-            held = self._statistics_held(study, n_observations) if pooled else None
-            if held is not None:
-                blocks = blocks[:1]  # only the shared features' posterior is computed below
-            if extra is not None:
-                # after_trial runs before the trial is stored as complete: add it by hand.
-                point = self._encoder.encode([trial.params])
-                blocks = [_copy_statistics(block) for block in blocks]
-                for block, features in zip(blocks, self._feature_maps):
-                    block.add(features(point), np.array([extra]))
-            location = self._normalization(extra)
-            posterior = blocks[0].posterior(self._fts.noise_variance, standardize=location)
-            if extra is not None:
-                key = (study_key(study), n_observations, trial.number, location)
-                self._uploaded_posterior = (key, posterior)
-            if pooled and held is None:
-                held = pack_blocks(blocks)
-                self._sent_statistics = (study_key(study), n_observations, held)
+            if pooled:
+                held = self._statistics_held(study, n_observations)
+                if held is None:
+                    held = pack_blocks(self._with_trial(blocks, trial, extra))
+                    self._sent_statistics = (study_key(study), n_observations, held)
+            else:
+                (block,) = self._with_trial(blocks[:1], trial, extra)
+                location = self._normalization(extra)
+                posterior = block.posterior(self._fts.noise_variance, standardize=location)
+                if extra is not None:
+                    key = (study_key(study), n_observations, trial.number, location)
+                    self._uploaded_posterior = (key, posterior)
         if pooled:
             # The statistics of the values themselves: the server pools them and standardizes
             # everyone's values together (one scale; each participant's own normalization,
@@ -792,6 +803,19 @@ class FedThompsonSampler(FedSampler):
             self._uploaded_to(round_index)
             if self._stalled(round_index):
                 self._check_progress(stalled=True)
+
+    def _with_trial(
+        self, blocks: list[SufficientStatistics], trial: FrozenTrial, value: float | None
+    ) -> list[SufficientStatistics]:
+        """The statistics with the finishing trial's ``value`` added (lock held): after_trial
+        runs before the trial is stored as complete, so it is added by hand, to copies."""
+        if value is None:
+            return blocks
+        point = self._encoder.encode([trial.params])
+        blocks = [_copy_statistics(block) for block in blocks]
+        for block, features in zip(blocks, self._feature_maps):
+            block.add(features(point), np.array([value]))
+        return blocks
 
     def _statistics_held(self, study: Study, n_observations: int) -> np.ndarray | None:
         """The packed statistics last sent, if they are to be sent again (lock held): until the
