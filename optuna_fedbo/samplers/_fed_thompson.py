@@ -752,7 +752,6 @@ class FedThompsonSampler(FedSampler):
     def _upload(self, study: Study, trial: FrozenTrial, value: float | None) -> None:
         """Upload after a finished trial: the statistics of the stored trials and the finished
         one's ``value`` (pooled), or the vector of the posterior given them."""
-        pooled = self._fts.aggregation == "pooled"
         with self._lock:
             self._observations.update(study)
             blocks = self._observations.statistics
@@ -763,11 +762,14 @@ class FedThompsonSampler(FedSampler):
             if n_observations == 0:
                 _logger.debug(f"{self.client_id}: no observation yet, nothing to upload.")
                 return
-            if pooled:
-                held = self._statistics_held(study, n_observations)
-                if held is None:
-                    held = pack_blocks(self._with_trial(blocks, trial, extra))
-                    self._sent_statistics = (study_key(study), n_observations, held)
+            if self._fts.aggregation == "pooled":
+                # The statistics of the values themselves: the server pools them and
+                # standardizes everyone's values together (one scale; each participant's own
+                # normalization, from a few initial values, would differ between participants).
+                omega = self._statistics_held(study, n_observations)
+                if omega is None:
+                    omega = pack_blocks(self._with_trial(blocks, trial, extra))
+                    self._sent_statistics = (study_key(study), n_observations, omega)
             else:
                 (block,) = self._with_trial(blocks[:1], trial, extra)
                 location = self._normalization(extra)
@@ -775,17 +777,12 @@ class FedThompsonSampler(FedSampler):
                 if extra is not None:
                     key = (study_key(study), n_observations, trial.number, location)
                     self._uploaded_posterior = (key, posterior)
-        if pooled:
-            # The statistics of the values themselves: the server pools them and standardizes
-            # everyone's values together (one scale; each participant's own normalization,
-            # from a few initial values, would differ from participant to participant).
-            omega = held
-        elif self._fts.transfer == "prior":
-            # The default without pooling shares the posterior mean, the participant's best
-            # estimate (the average of samples is noisier at equal privacy).
-            omega = posterior.mean
-        else:
-            omega = posterior.sample(self._rng)  # the papers: a Thompson sample
+                if self._fts.transfer == "prior":
+                    # The default without pooling shares the posterior mean, the participant's
+                    # best estimate (the average of samples is noisier at equal privacy).
+                    omega = posterior.mean
+                else:
+                    omega = posterior.sample(self._rng)  # the papers: a Thompson sample
         round_index = self.federation.upload(
             self.client_id,
             omega,
