@@ -75,6 +75,9 @@ def test_posterior_matches_dense_formulas() -> None:
     got_mean, got_std = gp.predict(Q)
     np.testing.assert_allclose(got_mean, mean, rtol=1e-9)
     np.testing.assert_allclose(got_std, y.std() * np.sqrt(var), rtol=1e-7)
+    # The mean alone (no variance solve) is the same, to the last bit.
+    mean_only, no_std = gp.predict(Q, return_std=False)
+    assert no_std is None and np.array_equal(mean_only, got_mean)
     _, logdet = np.linalg.slogdet(K)
     lml = -0.5 * t @ np.linalg.solve(K, t) - 0.5 * logdet - 0.5 * len(y) * math.log(2 * math.pi)
     assert gp.log_marginal_likelihood() == pytest.approx(lml - len(y) * math.log(y.std()))

@@ -195,6 +195,16 @@ class GaussianProcess:
         correlation *= self.params.signal_variance
         return correlation
 
+    def _cross_distances(self, X: np.ndarray) -> np.ndarray:
+        """Squared scaled distances from ``X`` to the observations, shape ``(m, n)``."""
+        return squared_distances(X / self.params.lengthscales, self._scaled_X, self._scaled_norms)
+
+    def _cross_kernel(self, X: np.ndarray) -> np.ndarray:
+        """``k(X, observations)``, shape ``(m, n)``."""
+        k = matern52(self._cross_distances(X))
+        k *= self.params.signal_variance
+        return k
+
     def kernel(self, a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
         """The kernel matrix ``k(a, b)`` on standardized values (``b = a`` if omitted)."""
         a = np.atleast_2d(np.asarray(a, dtype=float))
@@ -218,9 +228,7 @@ class GaussianProcess:
         X = np.atleast_2d(np.asarray(X, dtype=float))
         signal = self.params.signal_variance
         with one_blas_thread():
-            sq = squared_distances(
-                X / self.params.lengthscales, self._scaled_X, self._scaled_norms
-            )
+            sq = self._cross_distances(X)
             k = matern52(sq)
             k *= signal
             mean = k @ self._alpha
@@ -262,9 +270,13 @@ class GaussianProcess:
         """
         X = np.atleast_2d(np.asarray(X, dtype=float))
         prior = self._prior_at(X, prior_mean)
-        mean, variance, _, _ = self.standardized_posterior(X)
-        y_mean = prior + self.offset + self.scale * mean
-        return y_mean, (self.scale * np.sqrt(variance) if return_std else None)
+        if return_std:
+            mean, variance, _, _ = self.standardized_posterior(X)
+            std = self.scale * np.sqrt(variance)
+        else:  # the mean alone needs no triangular solve
+            with one_blas_thread():
+                mean, std = self._cross_kernel(X) @ self._alpha, None
+        return prior + self.offset + self.scale * mean, std
 
     def _prior_at(self, X: np.ndarray, prior_mean: np.ndarray | None) -> np.ndarray:
         if X.shape[1] != self.X.shape[1]:
