@@ -19,6 +19,7 @@ from optuna.trial import TrialState
 from optuna_fedbo.core.gp import GaussianProcess
 from optuna_fedbo.core.gp import GPFitState
 from optuna_fedbo.core.gp import MAX_GP_POINTS
+from optuna_fedbo.core.gp import REFIT_GROWTH
 from optuna_fedbo.core.gp import update_gp
 from optuna_fedbo.core.gp_acquisition import GPUpperConfidenceBound
 from optuna_fedbo.core.gp_acquisition import LogExpectedImprovement
@@ -82,7 +83,7 @@ class LocalGPSampler(LocalModelSampler):
         n_candidates: int | None = None,
         n_refinements: int = 8,
         max_points: int = MAX_GP_POINTS,
-        refit_growth: float = 1.1,
+        refit_growth: float = REFIT_GROWTH,
         independent_sampler: BaseSampler | None = None,
         warn_independent_sampling: bool = True,
         seed: int | None = None,
