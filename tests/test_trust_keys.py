@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 import stat
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from optuna.distributions import FloatDistribution
 from optuna.storages import InMemoryStorage
 import pytest
@@ -21,7 +23,9 @@ from optuna_fedbo.federation.keys import KeyFileError
 from optuna_fedbo.federation.keys import ParticipantKey
 from optuna_fedbo.federation.keys import ServerKeys
 from optuna_fedbo.federation.store import CONFIG_KEY
+from optuna_fedbo.federation.store import ENROLLMENT_KEY
 from optuna_fedbo.federation.store import resolve_storage
+from optuna_fedbo.federation.trust import Trust
 
 SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
 _names = itertools.count()
@@ -210,3 +214,67 @@ def test_the_cli_hands_out_fingerprint_and_credentials(tmp_path, capsys) -> None
     assert cli_main(["status", *common, "--key-dir", str(tmp_path / "nobody")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "server_fingerprint" in err
+
+
+def _server_forger(federation_id: str) -> Trust:
+    """A signer with the federation's id but its own random key (anyone can make one)."""
+    keys = ServerKeys(federation_id, Ed25519PrivateKey.generate(), X25519PrivateKey.generate())
+    return Trust(keys.identity, "0" * 64, keys)
+
+
+def test_an_enrollment_signed_by_another_key_is_refused_for_its_signature(
+    tmp_path, sqlite, caplog, propagate
+) -> None:
+    fed = _create(sqlite, tmp_path / "operator")
+    fed.join("alice")
+    mallory = ParticipantKey.generate(fed.federation_id, "mallory", fed.fingerprint)
+    # Well-formed in every respect (the server's record format, mallory's own id and key, the
+    # federation's id), so that only the signature can tell it from a real enrollment.
+    forged = _server_forger(fed.federation_id).enrollment("mallory", mallory.public_key)
+    assert set(json.loads(forged)) == {"body", "sig"}
+    fed.store.register("mallory", forged)
+    site = Federation.load(fed.name, sqlite, key_dir=tmp_path / "operator")
+    assert site.participants() == ["alice"]
+    assert site.public_key_of("mallory") is None
+    assert "not signed by the server" in caplog.text
+    mallory.save(fed.name, key_dir=tmp_path / "mallory")
+    with pytest.raises(ValueError, match="not enrolled"):
+        Federation.load(fed.name, sqlite, key_dir=tmp_path / "mallory").join("mallory")
+
+
+def test_a_genuine_enrollment_copied_under_another_id_is_refused_for_its_id(
+    tmp_path, sqlite, caplog, propagate
+) -> None:
+    fed = _create(sqlite, tmp_path / "operator")
+    fed.join("alice")
+    roster_id = sqlite.get_study_id_from_name(fed.store.participants_study_name)
+    trials = sqlite.get_all_trials(roster_id)
+    genuine = trials[0].system_attrs[ENROLLMENT_KEY]
+    fed.store.register("mallory", genuine)  # alice's signed record, filed under "mallory"
+    site = Federation.load(fed.name, sqlite, key_dir=tmp_path / "operator")
+    assert site.participants() == ["alice"]
+    assert site.public_key_of("mallory") is None
+    assert "names another participant" in caplog.text
+
+
+#: Every mode with a group or other bit set on a key file (read, write or execute).
+_OPEN_MODES = (0o640, 0o604, 0o660, 0o620, 0o602, 0o610, 0o601, 0o644)
+
+
+def test_a_key_file_others_can_read_write_or_run_is_refused(tmp_path, sqlite) -> None:
+    operator = tmp_path / "operator"
+    fed = _create(sqlite, operator)
+    fed.join("alice")
+    before = _snapshot(sqlite)
+    for path in (
+        ServerKeys.path(fed.federation_id, operator),
+        ParticipantKey.path(fed.federation_id, "alice", operator),
+    ):
+        for mode in _OPEN_MODES:
+            os.chmod(path, mode)
+            with pytest.raises(KeyFileError, match=rf"mode {mode:04o}.*chmod 600") as error:
+                Federation.load(fed.name, sqlite, key_dir=operator).join("alice")
+            assert str(path) in str(error.value) and "\n" not in str(error.value)
+        os.chmod(path, 0o600)
+        assert Federation.load(fed.name, sqlite, key_dir=operator).join("alice").index == 0
+    assert _snapshot(sqlite) == before
