@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import replace
-import json
 import math
 import os
 import threading
@@ -21,18 +20,13 @@ from optuna.exceptions import DuplicatedStudyError
 from optuna.storages import BaseStorage
 from optuna.storages import InMemoryStorage
 
-from optuna_fedbo.federation._codec import digest
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.config import FederationConfig
 from optuna_fedbo.federation.config import ProtocolConfig
 from optuna_fedbo.federation.dp_config import DPConfig
-from optuna_fedbo.federation.keys import check_fingerprint
 from optuna_fedbo.federation.keys import find_participant_key
-from optuna_fedbo.federation.keys import find_server_keys
 from optuna_fedbo.federation.keys import ParticipantKey
-from optuna_fedbo.federation.keys import pinned_fingerprint
 from optuna_fedbo.federation.keys import remember
-from optuna_fedbo.federation.keys import ServerIdentity
 from optuna_fedbo.federation.keys import ServerKeys
 from optuna_fedbo.federation.lease import DEFAULT_LEASE_TTL
 from optuna_fedbo.federation.lease import Lease
@@ -42,6 +36,9 @@ from optuna_fedbo.federation.lifecycle import FederationSummary
 from optuna_fedbo.federation.lifecycle import Lifecycle
 from optuna_fedbo.federation.lifecycle import read_lifecycle
 from optuna_fedbo.federation.lifecycle import summarize
+from optuna_fedbo.federation.pinning import lost_message
+from optuna_fedbo.federation.pinning import pin_joined
+from optuna_fedbo.federation.pinning import verify_stored_config
 from optuna_fedbo.federation.preset import Preset
 from optuna_fedbo.federation.preset import unpack
 from optuna_fedbo.federation.protocol import DEFAULT_PROTOCOL
@@ -53,7 +50,6 @@ from optuna_fedbo.federation.store import resolve_storage
 from optuna_fedbo.federation.trust import MAX_UPLOAD_CHARS
 from optuna_fedbo.federation.trust import text_digest
 from optuna_fedbo.federation.trust import Trust
-from optuna_fedbo.federation.trust import UntrustedRecordError
 from optuna_fedbo.search_space import SearchSpaceEncoder
 
 if TYPE_CHECKING:
@@ -304,19 +300,26 @@ class Federation:
                     "Federation.load, or load_if_exists=True to join an identical federation."
                 )
             return cls._load_existing(store, config, key_dir)
-        in_memory = isinstance(store.storage, InMemoryStorage)
+        lost = lost_message(store, key_dir)
+        if lost is not None:  # created or joined from this key directory before: never replaced
+            if load_if_exists:  # (or being created by another process right now)
+                return cls._load_existing(store, config, key_dir)
+            raise ValueError(lost)
+        server_keys.bind(name, config.hash)
+        trust = Trust(server_keys.identity, config.hash, server_keys)
+        pin_path = pin_joined(store, trust, key_dir)
         key_path = None
-        if in_memory:
+        if isinstance(store.storage, InMemoryStorage):
             remember(server_keys.identity.federation_id, None, server_keys)
         else:
-            key_path = server_keys.save(name, key_dir)
-        trust = Trust(server_keys.identity, config.hash, server_keys)
+            key_path = server_keys.save(key_dir)
         text = config.to_json()
         try:
             store.create(text, config.hash, trust.sign_config(text))
         except DuplicatedStudyError:
-            if key_path is not None:
-                key_path.unlink(missing_ok=True)
+            for path in (pin_path, key_path):
+                if path is not None:
+                    path.unlink(missing_ok=True)
             if not load_if_exists:
                 raise ValueError(
                     f"A study named {name!r} already exists in this storage; use "
@@ -430,43 +433,10 @@ class Federation:
         server_fingerprint: str | None,
         key_dir: str | os.PathLike[str] | None,
     ) -> Federation:
-        name = store.name
-        pin = None if server_fingerprint is None else check_fingerprint(server_fingerprint)
-        text, signature = store.read_config(wait=wait)
-        try:
-            identity = ServerIdentity.from_dict(json.loads(text).get("server"))
-        except (ValueError, AttributeError, TypeError):
-            raise ValueError(
-                f"Federation {name!r} has no valid server identity in its configuration (made by "
-                "an older optuna-fedbo, or tampered with): create it again."
-            ) from None
-        server_keys = find_server_keys(identity.federation_id, key_dir)
-        if pin is None:
-            pin = pinned_fingerprint(identity.federation_id, key_dir)
-        if pin is None:
-            raise ValueError(
-                f"No server fingerprint is pinned for federation {name!r} on this machine: pass "
-                "server_fingerprint= (the operator prints it with `optuna-fedbo fingerprint`), "
-                "or install your credential with `optuna-fedbo import-credential FILE`."
-            )
-        if identity.fingerprint != pin:
-            raise ValueError(
-                f"The configuration of federation {name!r} is signed by server "
-                f"{identity.fingerprint[:16]}..., not by the pinned {pin[:16]}...: the storage "
-                "was tampered with, or the fingerprint is wrong (check it with the operator: "
-                "`optuna-fedbo fingerprint`)."
-            )
-        config_hash = digest(text)
-        trust = Trust(identity, config_hash, server_keys)
-        try:
-            trust.verify_config(text, signature)
-        except UntrustedRecordError as error:
-            raise ValueError(
-                f"The stored configuration of federation {name!r} does not verify ({error}): it "
-                "was modified in the storage. Restore it from a backup or create the "
-                "federation again."
-            ) from None
-        return cls(store, FederationConfig.from_json(text), config_hash, trust, key_dir)
+        config, config_hash, trust = verify_stored_config(
+            store, wait=wait, server_fingerprint=server_fingerprint, key_dir=key_dir
+        )
+        return cls(store, config, config_hash, trust, key_dir)
 
     # ---------------------------------------------------------------------- properties
     @property
@@ -731,6 +701,7 @@ class Federation:
             self.enroll(client_id, key.public_key)
             enrolled = self._enrolled()
         self._participant_key(client_id)
+        pin_joined(self._store, self._trust, self._key_dir)
         index = list(enrolled).index(client_id)
         subregion_of = getattr(self.channel, "subregion_of", None)
         subregion = 0 if subregion_of is None else subregion_of(index)

@@ -160,9 +160,48 @@ class ServerIdentity:
         return X25519PublicKey.from_public_bytes(self.sealing_key)
 
 
-def _write_private(path: Path, record: dict[str, Any], *, exclusive: bool) -> None:
-    """Write a key file readable by its owner only (mode 0600, created so, never widened)."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+def check_key_folders(path: Path, home: Path) -> None:
+    """Refuse a key directory, or a folder in it above ``path``, that other users can write.
+
+    Whoever can write a folder can replace or plant the key files in it (another server's key,
+    another credential, another pinned configuration).
+
+    Raises:
+        KeyFileError: Naming the folder and the ``chmod`` that fixes it.
+    """
+    if os.name != "posix":
+        return
+    folders = [home]
+    if home in path.parents:
+        folders += [home / part for part in reversed(path.relative_to(home).parents[:-1])]
+    for folder in folders:
+        try:
+            mode = folder.stat().st_mode
+        except FileNotFoundError:
+            return
+        if mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise KeyFileError(
+                f"Key folder {folder} can be written by other users (mode "
+                f"{stat.S_IMODE(mode):04o}): run `chmod go-w {folder}` (and check that the key "
+                "files in it are yours)."
+            )
+
+
+def _write_private(
+    path: Path, record: dict[str, Any], *, exclusive: bool, home: Path | None = None
+) -> None:
+    """Write a key file readable by its owner only (mode 0600, created so, never widened).
+
+    Inside the key directory ``home``, every folder is made for its owner only (0700) and
+    refused if others can write it.
+    """
+    if home is None:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    else:
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for folder in reversed(path.relative_to(home).parents[:-1]):
+            (home / folder).mkdir(exist_ok=True, mode=0o700)
+        check_key_folders(path, home)
     flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC)
     descriptor = os.open(path, flags, 0o600)
     with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
@@ -217,6 +256,12 @@ class ServerKeys:
             signing_key=signing.public_key().public_bytes(_RAW, serialization.PublicFormat.Raw),
             sealing_key=sealing.public_key().public_bytes(_RAW, serialization.PublicFormat.Raw),
         )
+        #: ``(federation name, configuration hash)`` these keys serve (see :meth:`bind`).
+        self.made_for: tuple[str, str] | None = None
+
+    def bind(self, name: str, config_hash: str) -> None:
+        """Record the one federation these keys serve: its name and configuration hash."""
+        self.made_for = (name, config_hash)
 
     @classmethod
     def generate(cls) -> ServerKeys:
@@ -236,8 +281,11 @@ class ServerKeys:
         """Where the server key file of a federation lives."""
         return key_home(key_dir) / "servers" / f"{federation_id}.json"
 
-    def save(self, name: str, key_dir: str | os.PathLike[str] | None = None) -> Path:
-        """Write the key file (mode 0600; refuses to overwrite one)."""
+    def save(self, key_dir: str | os.PathLike[str] | None = None) -> Path:
+        """Write the key file (mode 0600; refuses to overwrite one), after :meth:`bind`."""
+        if self.made_for is None:
+            raise ValueError("Server keys are saved only once bound to their configuration.")
+        name, config_hash = self.made_for
         path = self.path(self.identity.federation_id, key_dir)
         private = serialization.PrivateFormat.Raw
         none = serialization.NoEncryption()
@@ -247,12 +295,14 @@ class ServerKeys:
                 "type": SERVER_KEY_TYPE,
                 "version": KEY_FILE_VERSION,
                 "federation": name,
+                "config": config_hash,
                 "federation_id": self.identity.federation_id,
                 "fingerprint": self.identity.fingerprint,
                 "signing_key": b64(self._signing.private_bytes(_RAW, private, none)),
                 "sealing_key": b64(self._sealing.private_bytes(_RAW, private, none)),
             },
             exclusive=True,
+            home=key_home(key_dir),
         )
         return path
 
@@ -283,6 +333,9 @@ class ServerKeys:
                 f"Key file {path} is corrupt (its keys do not match its fingerprint); restore it "
                 "from your backup."
             )
+        name, config_hash = record.get("federation"), record.get("config")
+        if isinstance(name, str) and isinstance(config_hash, str):
+            keys.bind(name, config_hash)
         return keys
 
 
@@ -364,7 +417,8 @@ class ParticipantKey:
     ) -> Path:
         """Write the credential (mode 0600) to ``path`` or into the key directory."""
         target = self.path(self.federation_id, self.client_id, key_dir) if path is None else path
-        _write_private(Path(target), self.to_record(name), exclusive=path is None)
+        home = key_home(key_dir) if path is None else None
+        _write_private(Path(target), self.to_record(name), exclusive=path is None, home=home)
         return Path(target)
 
     @classmethod
@@ -418,6 +472,7 @@ def find_server_keys(
         if (federation_id, None) in _MEMORY:
             return _MEMORY[(federation_id, None)]
     path = ServerKeys.path(federation_id, key_dir)
+    check_key_folders(path, key_home(key_dir))
     if not path.exists():
         return None
     keys = ServerKeys.load(path)
@@ -438,6 +493,7 @@ def find_participant_key(
         if (federation_id, client_id) in _MEMORY:
             return _MEMORY[(federation_id, client_id)]
     path = ParticipantKey.path(federation_id, client_id, key_dir)
+    check_key_folders(path, key_home(key_dir))
     if not path.exists():
         return None
     key = ParticipantKey.load(path)
@@ -463,6 +519,7 @@ def pinned_fingerprint(
             if fid == federation_id and client is not None:
                 return key.server_fingerprint
     folder = key_home(key_dir) / "participants" / federation_id
+    check_key_folders(folder / "any.json", key_home(key_dir))
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         return ParticipantKey.load(path).server_fingerprint
     return None
@@ -482,6 +539,7 @@ def import_credential(
     key = ParticipantKey.load(Path(path))
     record = json.loads(Path(path).read_text(encoding="utf-8"))
     target = ParticipantKey.path(key.federation_id, key.client_id, key_dir)
+    check_key_folders(target, key_home(key_dir))
     if target.exists():
         existing = ParticipantKey.load(target)
         if existing.public_key == key.public_key and (
@@ -493,7 +551,7 @@ def import_credential(
                 f"Another key of {key.client_id!r} is installed at {target}; remove it first if "
                 "the operator re-enrolled you."
             )
-    _write_private(target, record, exclusive=False)
+    _write_private(target, record, exclusive=False, home=key_home(key_dir))
     return target
 
 
