@@ -278,3 +278,35 @@ def test_a_key_file_others_can_read_write_or_run_is_refused(tmp_path, sqlite) ->
         os.chmod(path, 0o600)
         assert Federation.load(fed.name, sqlite, key_dir=operator).join("alice").index == 0
     assert _snapshot(sqlite) == before
+
+
+@pytest.mark.parametrize("folder", ["", "servers", "participants", "joined"])
+def test_a_key_directory_others_can_write_is_refused_with_the_fix(
+    tmp_path, sqlite, folder
+) -> None:
+    operator = tmp_path / "operator"
+    fed = _create(sqlite, operator)
+    fed.join("alice")
+    open_folder = operator / folder
+    before = _snapshot(sqlite)
+    for mode in (0o777, 0o770, 0o720, 0o702, 0o1777):
+        os.chmod(open_folder, mode)
+        with pytest.raises(KeyFileError, match=rf"{open_folder}.*mode {mode:04o}") as error:
+            Federation.load(fed.name, sqlite, key_dir=operator).join("alice")
+        assert f"chmod go-w {open_folder}" in str(error.value) and "\n" not in str(error.value)
+    assert _snapshot(sqlite) == before
+    os.chmod(open_folder, 0o755)  # readable by others is fine: the key files are 0600
+    assert Federation.load(fed.name, sqlite, key_dir=operator).join("alice").index == 0
+
+
+def test_key_folders_are_made_for_their_owner_only(tmp_path, sqlite) -> None:
+    old = os.umask(0o002)  # a umask that leaves folders group-writable
+    try:
+        fed = _create(sqlite, tmp_path / "a" / "operator")
+        fed.join("alice")
+    finally:
+        os.umask(old)
+    home = tmp_path / "a" / "operator"
+    for folder in (home, home / "servers", home / "participants", home / "joined"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+    assert Federation.load(fed.name, sqlite, key_dir=home).join("alice").index == 0
