@@ -158,11 +158,20 @@ def pin_joined(store: FederationStore, trust: Trust, key_dir: KeyDir) -> Path | 
         "fingerprint": trust.identity.fingerprint,
         "config": trust.config_hash,
     }
+    if path.exists():
+        check_joined(store, trust.config_hash, key_dir)
+        return None
+    # Written whole under a temporary name, then linked into place (which fails if another
+    # process pinned first): readers never see a half-written pin.
+    draft = path.with_name(f".{path.stem}.{os.urandom(6).hex()}.tmp")
+    _write_private(draft, record, exclusive=True, home=key_home(key_dir))
     try:
-        _write_private(path, record, exclusive=True, home=key_home(key_dir))
+        os.link(draft, path)
     except FileExistsError:
         check_joined(store, trust.config_hash, key_dir)
         return None
+    finally:
+        draft.unlink()
     return path
 
 
