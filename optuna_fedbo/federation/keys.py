@@ -12,6 +12,9 @@ directory: ``$OPTUNA_FEDBO_HOME``, else ``$XDG_CONFIG_HOME/optuna-fedbo``, else
 
     servers/<federation id>.json                      the server's private keys (the operator's)
     participants/<federation id>/<id digest>.json     a participant's credential
+    joined/<storage and name digest>.json             the configuration joined (see .pinning)
+
+Folders are made for their owner only (0700); a key folder others can write is refused.
 
 A federation in an in-memory storage lives in one process: its keys are kept in memory only.
 """
@@ -160,8 +163,9 @@ class ServerIdentity:
         return X25519PublicKey.from_public_bytes(self.sealing_key)
 
 
-def check_key_folders(path: Path, home: Path) -> None:
-    """Refuse a key directory, or a folder in it above ``path``, that other users can write.
+def check_key_folders(folder: Path, home: Path) -> None:
+    """Refuse the key directory ``home``, or a folder in it down to ``folder``, that other users
+    can write.
 
     Whoever can write a folder can replace or plant the key files in it (another server's key,
     another credential, another pinned configuration).
@@ -172,17 +176,18 @@ def check_key_folders(path: Path, home: Path) -> None:
     if os.name != "posix":
         return
     folders = [home]
-    if home in path.parents:
-        folders += [home / part for part in reversed(path.relative_to(home).parents[:-1])]
-    for folder in folders:
+    if home in folder.parents:
+        folders += [home / part for part in reversed(folder.relative_to(home).parents[:-1])]
+        folders.append(folder)
+    for each in folders:
         try:
-            mode = folder.stat().st_mode
+            mode = each.stat().st_mode
         except FileNotFoundError:
             return
         if mode & (stat.S_IWGRP | stat.S_IWOTH):
             raise KeyFileError(
-                f"Key folder {folder} can be written by other users (mode "
-                f"{stat.S_IMODE(mode):04o}): run `chmod go-w {folder}` (and check that the key "
+                f"Key folder {each} can be written by other users (mode "
+                f"{stat.S_IMODE(mode):04o}): run `chmod go-w {each}` (and check that the key "
                 "files in it are yours)."
             )
 
@@ -201,7 +206,7 @@ def _write_private(
         home.mkdir(parents=True, exist_ok=True, mode=0o700)
         for folder in reversed(path.relative_to(home).parents[:-1]):
             (home / folder).mkdir(exist_ok=True, mode=0o700)
-        check_key_folders(path, home)
+        check_key_folders(path.parent, home)
     flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC)
     descriptor = os.open(path, flags, 0o600)
     with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
@@ -472,7 +477,7 @@ def find_server_keys(
         if (federation_id, None) in _MEMORY:
             return _MEMORY[(federation_id, None)]
     path = ServerKeys.path(federation_id, key_dir)
-    check_key_folders(path, key_home(key_dir))
+    check_key_folders(path.parent, key_home(key_dir))
     if not path.exists():
         return None
     keys = ServerKeys.load(path)
@@ -493,7 +498,7 @@ def find_participant_key(
         if (federation_id, client_id) in _MEMORY:
             return _MEMORY[(federation_id, client_id)]
     path = ParticipantKey.path(federation_id, client_id, key_dir)
-    check_key_folders(path, key_home(key_dir))
+    check_key_folders(path.parent, key_home(key_dir))
     if not path.exists():
         return None
     key = ParticipantKey.load(path)
@@ -519,7 +524,7 @@ def pinned_fingerprint(
             if fid == federation_id and client is not None:
                 return key.server_fingerprint
     folder = key_home(key_dir) / "participants" / federation_id
-    check_key_folders(folder / "any.json", key_home(key_dir))
+    check_key_folders(folder, key_home(key_dir))
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         return ParticipantKey.load(path).server_fingerprint
     return None
@@ -539,7 +544,7 @@ def import_credential(
     key = ParticipantKey.load(Path(path))
     record = json.loads(Path(path).read_text(encoding="utf-8"))
     target = ParticipantKey.path(key.federation_id, key.client_id, key_dir)
-    check_key_folders(target, key_home(key_dir))
+    check_key_folders(target.parent, key_home(key_dir))
     if target.exists():
         existing = ParticipantKey.load(target)
         if existing.public_key == key.public_key and (

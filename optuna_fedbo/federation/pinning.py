@@ -95,7 +95,7 @@ def _pinned(store: FederationStore, key_dir: KeyDir) -> tuple[Path, dict[str, An
     path = pin_path(store, key_dir)
     if path is None:
         return None
-    check_key_folders(path, key_home(key_dir))
+    check_key_folders(path.parent, key_home(key_dir))
     if not path.exists():
         return None
     return path, _read_private(path, JOINED_TYPE)
