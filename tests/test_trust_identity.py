@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 from optuna.distributions import FloatDistribution
+from optuna.storages import InMemoryStorage
 import pytest
 
 from optuna_fedbo.federation import DPConfig
@@ -24,6 +25,7 @@ from optuna_fedbo.federation.cli import main as cli_main
 from optuna_fedbo.federation.keys import import_credential
 from optuna_fedbo.federation.keys import ServerKeys
 from optuna_fedbo.federation.pinning import pin_path
+from optuna_fedbo.federation.pinning import storage_location
 from optuna_fedbo.federation.store import CONFIG_HASH_KEY
 from optuna_fedbo.federation.store import CONFIG_KEY
 from optuna_fedbo.federation.store import CONFIG_SIGNATURE_KEY
@@ -213,3 +215,15 @@ def test_a_federation_lost_from_its_storage_is_neither_loaded_nor_silently_recre
     pin.unlink()  # the operator's deliberate fix, as the message says
     again = _create("fed", url, keys, dp=False)
     assert Federation.load("fed", url, key_dir=keys).config_hash == again.config_hash
+
+
+def test_a_storage_is_pinned_by_where_it_lives(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    relative = resolve_storage("sqlite:///fed.db")
+    absolute = resolve_storage(f"sqlite:///{tmp_path / 'fed.db'}")
+    assert storage_location(relative) == storage_location(absolute)
+    assert storage_location(absolute) == f"sqlite:{os.path.realpath(tmp_path / 'fed.db')}"
+    assert storage_location(resolve_storage("sqlite:///other.db")) != storage_location(absolute)
+    journal = resolve_storage(f"journal:{tmp_path / 'fed.log'}")
+    assert storage_location(journal) == f"journal:{os.path.realpath(tmp_path / 'fed.log')}"
+    assert storage_location(InMemoryStorage()) is None

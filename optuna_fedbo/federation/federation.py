@@ -370,7 +370,9 @@ class Federation:
         ``server_fingerprint`` if given (from the operator, out of band), else the one found in
         the key directory (the server's own key file on the operator's machine, or the
         participant credential installed with ``optuna-fedbo import-credential``). A
-        configuration that does not verify is refused.
+        configuration that does not verify is refused, and so is another federation's (see
+        :mod:`.pinning`): one stored under another name, one the server's key file was not made
+        for, or another one than this key directory created or joined under that name there.
 
         Args:
             name: Federation name.
@@ -390,7 +392,7 @@ class Federation:
             KeyError: If there is no federation of that name.
             ValueError: If an expected value differs from the stored configuration, or the
                 configuration does not verify against the pinned fingerprint (or none is
-                pinned), or a key file cannot be used.
+                pinned), is another federation's, or a key file cannot be used.
         """
         store = FederationStore(resolve_storage(storage, must_exist=True), name)
         federation = cls._from_store(
@@ -674,7 +676,8 @@ class Federation:
         The participant must be enrolled and this machine must hold its key. On the operator's
         machine (this process holds the server's keys, e.g. one machine, or an in-memory
         storage) a participant that is not enrolled yet is enrolled here, with a key made in
-        the key directory.
+        the key directory. The key directory pins the configuration joined (per storage and
+        name), so that another federation under this name is refused later.
 
         Raises:
             ValueError: If the id is invalid, not enrolled (and this is not the operator), its
