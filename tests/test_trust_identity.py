@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 
+from _storage_snapshot import snapshot
 from optuna.distributions import FloatDistribution
 from optuna.storages import InMemoryStorage
 import pytest
@@ -49,19 +50,7 @@ def _create(name: str, url: str, key_dir: Path, *, dp: bool) -> Federation:
 
 
 def _snapshot(url: str) -> list:
-    """Everything in a storage: studies, their attributes, their trials and attributes."""
-    storage = resolve_storage(url)
-    out = []
-    for study in storage.get_all_studies():
-        trials = storage.get_all_trials(study._study_id, deepcopy=False)
-        out.append(
-            (
-                study.study_name,
-                sorted(study.system_attrs.items()),
-                [(t.number, t.state, sorted(t.system_attrs.items())) for t in trials],
-            )
-        )
-    return sorted(out, key=lambda item: item[0])
+    return snapshot(resolve_storage(url))
 
 
 def _copy_config(url: str, source: str, target: str) -> None:

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 import stat
 
+from _storage_snapshot import snapshot
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from optuna.distributions import FloatDistribution
@@ -42,21 +43,6 @@ def _create(storage: object, key_dir: Path, n_clients: int = 3) -> Federation:
     )
 
 
-def _snapshot(storage: object) -> list:
-    """Everything in a storage: studies, their attributes, their trials' attributes."""
-    out = []
-    for study in storage.get_all_studies():
-        trials = storage.get_all_trials(study._study_id, deepcopy=False)
-        out.append(
-            (
-                study.study_name,
-                sorted(study.system_attrs.items()),
-                [(t.number, t.state, sorted(t.system_attrs.items())) for t in trials],
-            )
-        )
-    return sorted(out, key=lambda item: item[0])
-
-
 @pytest.fixture
 def sqlite(tmp_path: Path) -> object:
     return resolve_storage(f"sqlite:///{tmp_path / 'fed.db'}")
@@ -72,7 +58,7 @@ def test_create_writes_a_private_key_file_and_signs_the_configuration(tmp_path, 
     # The public keys are in the hashed configuration; no private key is in the storage.
     assert stored["server"] == keys.identity.to_dict()
     record = json.loads(path.read_text())
-    text = json.dumps(_snapshot(sqlite), default=str)
+    text = json.dumps(snapshot(sqlite), default=str)
     assert record["signing_key"] not in text and record["sealing_key"] not in text
     loaded = Federation.load(fed.name, sqlite, key_dir=tmp_path / "operator")
     assert loaded.is_operator and loaded.config_hash == fed.config_hash
@@ -122,12 +108,12 @@ def test_enrollment_is_operator_driven_and_ids_cannot_be_squatted(tmp_path, sqli
     site = Federation.load(
         fed.name, sqlite, key_dir=tmp_path / "site", server_fingerprint=fed.fingerprint
     )
-    before = _snapshot(sqlite)
+    before = snapshot(sqlite)
     with pytest.raises(ValueError, match="not enrolled.*optuna-fedbo enroll"):
         site.join("site-1")
     with pytest.raises(ValueError, match="Only the operator"):
         site.enroll("site-1")
-    assert _snapshot(sqlite) == before  # nothing written
+    assert snapshot(sqlite) == before  # nothing written
     # A squatter writing its own (unsigned) enrollment record gets nothing.
     site.store.register("site-1", json.dumps({"body": {"client": "site-1"}, "sig": "AA=="}))
     assert site.participants() == []
@@ -150,7 +136,7 @@ def test_enrollment_is_operator_driven_and_ids_cannot_be_squatted(tmp_path, sqli
 def test_corrupt_and_world_readable_key_files_give_one_line_errors(tmp_path, sqlite) -> None:
     fed = _create(sqlite, tmp_path / "operator")
     path = ServerKeys.path(fed.federation_id, tmp_path / "operator")
-    before = _snapshot(sqlite)
+    before = snapshot(sqlite)
     os.chmod(path, 0o644)
     with pytest.raises(KeyFileError, match=r"chmod 600") as error:
         Federation.load(fed.name, sqlite, key_dir=tmp_path / "operator")
@@ -160,7 +146,7 @@ def test_corrupt_and_world_readable_key_files_give_one_line_errors(tmp_path, sql
     with pytest.raises(KeyFileError, match="corrupt.*backup") as error:
         Federation.load(fed.name, sqlite, key_dir=tmp_path / "operator")
     assert "\n" not in str(error.value)
-    assert _snapshot(sqlite) == before
+    assert snapshot(sqlite) == before
 
 
 def test_a_participant_key_that_is_not_the_enrolled_one_is_refused(tmp_path, sqlite) -> None:
@@ -171,10 +157,10 @@ def test_a_participant_key_that_is_not_the_enrolled_one_is_refused(tmp_path, sql
     ParticipantKey.generate(fed.federation_id, "site-1", fed.fingerprint).save(
         fed.name, key_dir=site_dir
     )
-    before = _snapshot(sqlite)
+    before = snapshot(sqlite)
     with pytest.raises(ValueError, match="not the one enrolled"):
         site.join("site-1")
-    assert _snapshot(sqlite) == before
+    assert snapshot(sqlite) == before
 
 
 def test_on_one_machine_join_enrolls_with_a_key_in_the_key_directory(tmp_path, sqlite) -> None:
@@ -265,7 +251,7 @@ def test_a_key_file_others_can_read_write_or_run_is_refused(tmp_path, sqlite) ->
     operator = tmp_path / "operator"
     fed = _create(sqlite, operator)
     fed.join("alice")
-    before = _snapshot(sqlite)
+    before = snapshot(sqlite)
     for path in (
         ServerKeys.path(fed.federation_id, operator),
         ParticipantKey.path(fed.federation_id, "alice", operator),
@@ -277,7 +263,7 @@ def test_a_key_file_others_can_read_write_or_run_is_refused(tmp_path, sqlite) ->
             assert str(path) in str(error.value) and "\n" not in str(error.value)
         os.chmod(path, 0o600)
         assert Federation.load(fed.name, sqlite, key_dir=operator).join("alice").index == 0
-    assert _snapshot(sqlite) == before
+    assert snapshot(sqlite) == before
 
 
 @pytest.mark.parametrize("folder", ["", "servers", "participants", "joined"])
@@ -288,13 +274,13 @@ def test_a_key_directory_others_can_write_is_refused_with_the_fix(
     fed = _create(sqlite, operator)
     fed.join("alice")
     open_folder = operator / folder
-    before = _snapshot(sqlite)
+    before = snapshot(sqlite)
     for mode in (0o777, 0o770, 0o720, 0o702, 0o1777):
         os.chmod(open_folder, mode)
         with pytest.raises(KeyFileError, match=rf"{open_folder}.*mode {mode:04o}") as error:
             Federation.load(fed.name, sqlite, key_dir=operator).join("alice")
         assert f"chmod go-w {open_folder}" in str(error.value) and "\n" not in str(error.value)
-    assert _snapshot(sqlite) == before
+    assert snapshot(sqlite) == before
     os.chmod(open_folder, 0o755)  # readable by others is fine: the key files are 0600
     assert Federation.load(fed.name, sqlite, key_dir=operator).join("alice").index == 0
 
