@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 import re
 import shutil
+import stat
 import subprocess
 import sys
 
@@ -23,8 +24,10 @@ from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationNotFoundError
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation.cli import main as cli_main
+from optuna_fedbo.federation.keys import _write_private
 from optuna_fedbo.federation.keys import import_credential
 from optuna_fedbo.federation.keys import ServerKeys
+from optuna_fedbo.federation.pinning import pin_joined
 from optuna_fedbo.federation.pinning import pin_path
 from optuna_fedbo.federation.pinning import storage_location
 from optuna_fedbo.federation.store import CONFIG_HASH_KEY
@@ -216,3 +219,32 @@ def test_a_storage_is_pinned_by_where_it_lives(tmp_path: Path, monkeypatch) -> N
     journal = resolve_storage(f"journal:{tmp_path / 'fed.log'}")
     assert storage_location(journal) == f"journal:{os.path.realpath(tmp_path / 'fed.log')}"
     assert storage_location(InMemoryStorage()) is None
+
+
+@pytest.mark.parametrize("first", ["same configuration", "another configuration"])
+def test_two_first_joins_at_once_agree_on_one_pin(tmp_path: Path, monkeypatch, first) -> None:
+    keys = tmp_path / "keys"
+    fed = _create("fed", f"sqlite:///{tmp_path / 'fed.db'}", keys, dp=False)
+    pin = pin_path(fed.store, keys)
+    record = json.loads(pin.read_text())
+    pin.unlink()  # as on a site that has not joined yet
+    link = os.link
+
+    def another_process_pins_first(source: Path, target: Path) -> None:
+        config = record["config"] if first == "same configuration" else "0" * 64
+        other = {**record, "config": config}
+        draft = Path(target).with_name("other.tmp")
+        _write_private(draft, other, exclusive=True)
+        link(draft, target)
+        draft.unlink()
+        link(source, target)  # FileExistsError, as for the process that comes second
+
+    monkeypatch.setattr(os, "link", another_process_pins_first)
+    if first == "same configuration":
+        assert pin_joined(fed.store, fed.trust, keys) is None
+    else:
+        with pytest.raises(ValueError, match="not the one this key directory joined"):
+            pin_joined(fed.store, fed.trust, keys)
+    monkeypatch.undo()
+    assert sorted(p.name for p in pin.parent.iterdir()) == [pin.name]  # no draft left behind
+    assert stat.S_IMODE(pin.stat().st_mode) == 0o600
