@@ -67,7 +67,7 @@ def test_uploads_are_ciphertexts_that_only_the_server_opens() -> None:
     fed.upload("c0", _omega(0), n_observations=3, iteration=0)
     stored = fed.store.read_uploads(0)["c0"]
     envelope = json.loads(stored)
-    assert set(envelope) == {"v", "client", "round", "counter", "ct", "sig"}
+    assert set(envelope) == {"v", "client", "round", "counter", "after", "ct", "sig"}
     assert '"omega"' not in stored and '"f8"' not in stored
     assert json.loads(fed.read_upload(0, "c0"))["client"] == "c0"
     # A participant process (no server keys) cannot open it.

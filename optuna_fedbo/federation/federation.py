@@ -20,6 +20,7 @@ from optuna.exceptions import DuplicatedStudyError
 from optuna.storages import BaseStorage
 from optuna.storages import InMemoryStorage
 
+from optuna_fedbo.federation._openings import opening_for
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.config import FederationConfig
 from optuna_fedbo.federation.config import ProtocolConfig
@@ -728,21 +729,23 @@ class Federation:
 
         Args:
             client_id: The participant (enrolled, with its key on this machine).
-            round_index: The open round.
+            round_index: The open round (the upload is bound to its opening).
             payload: The protocol's upload message.
             resend: ``() -> None`` that sends the upload again to the open round, called if
                 the broadcast of ``round_index`` shows that the upload missed it (arrived after
                 the server closed the round); ``None``: only warn.
 
         Raises:
-            ValueError: If the participant cannot sign, or the sealed upload is over the bound.
-            KeyError: If the round is closed (its uploads study is gone).
+            ValueError: If the participant cannot sign, the sealed upload is over the bound, or
+                the round is not open yet.
+            KeyError: If the round is closed.
         """
         key = self._participant_key(client_id)
+        opening = opening_for(self._store, round_index)
         with self._lock:
             self._counter = max(self._counter + 1, time.time_ns())
             counter = self._counter
-        sealed = self._trust.seal_upload(key, round_index, counter, payload)
+        sealed = self._trust.seal_upload(key, round_index, counter, payload, opening)
         if len(sealed) > MAX_UPLOAD_CHARS:
             raise ValueError(
                 f"The upload of {client_id!r} has {len(sealed):,} characters sealed, over the "
@@ -827,12 +830,7 @@ class Federation:
         return self._fts_channel().wait_for_round(round_index, timeout, poll_interval)
 
     def upload(
-        self,
-        client_id: str,
-        omega: np.ndarray,
-        *,
-        n_observations: int,
-        iteration: int,
+        self, client_id: str, omega: np.ndarray, *, n_observations: int, iteration: int
     ) -> int:
         """FTS: send a participant's vector to the open round; see
         :meth:`~optuna_fedbo.federation.fts.channel.FTSChannel.upload`."""

@@ -29,6 +29,7 @@ import threading
 import time
 from typing import Any
 
+from optuna_fedbo.federation._openings import RoundOpenings
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.lease import LeaseBook
@@ -167,6 +168,7 @@ class FederationServer:
         self._epoch = self._store.claim_server_epoch()
         self._last_heartbeat = float("-inf")
         self._leases = LeaseBook(federation.store)
+        self._openings = RoundOpenings(federation.store)
         self._checked: dict[str, tuple[float, Any]] = {}
 
     def _every(self, key: str, seconds: float, compute: Callable[[], Any]) -> Any:
@@ -225,12 +227,17 @@ class FederationServer:
         return self._epoch
 
     def _open_upload(self, client_id: str, text: str, round_index: int) -> tuple[int, str]:
-        """Check and open one stored upload: ``(counter, plaintext)`` (see ``Trust``)."""
+        """Check and open one stored upload: ``(counter, plaintext)`` (see ``Trust``); one
+        written before its round opened is refused (see ``_openings``)."""
         public_key = self.federation.public_key_of(client_id)
         if public_key is None:
             raise UploadRejected("unknown participant (not enrolled)")
         return self.federation.trust.open_upload(
-            text, client_id=client_id, public_key=public_key, round_index=round_index
+            text,
+            client_id=client_id,
+            public_key=public_key,
+            round_index=round_index,
+            openings=self._openings(round_index),
         )
 
     def _ensure_current(self) -> None:

@@ -3,9 +3,10 @@
 * **Uploads** (a participant -> the server) are sealed with HPKE (RFC 9180: X25519, HKDF-SHA256,
   ChaCha20-Poly1305; ``cryptography``'s implementation) to the server's public key and signed
   (Ed25519) by the enrolled participant. Both the HPKE ``info`` and the signature bind the
-  federation id, the configuration hash, the round, the participant and a counter, so a copy
-  into another round, another participant's key or another federation fails, and an older
-  upload of the same round is recognised by its counter.
+  federation id, the configuration hash, the round, the participant, a counter and the round's
+  *opening* (:mod:`optuna_fedbo.federation._openings`), so a copy into another round, another
+  participant's key or another federation fails, an older upload of the same round is
+  recognised by its counter, and an upload written before its round opened is refused.
 * **Records** written by the server (configuration, enrollments, broadcasts, the ``latest``
   pointer, ledger entries, the budget record, epochs, heartbeats) are signed by the server for a
   *purpose* (what the record is) and the federation id, so a record cannot be replayed as
@@ -19,6 +20,7 @@ reason; nothing here logs.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 import hashlib
 import json
 from typing import Any
@@ -134,7 +136,9 @@ class Trust:
             raise UntrustedRecordError(str(error)) from None
 
     # -------------------------------------------------------------------------- uploads
-    def _upload_context(self, round_index: int, client_id: str, counter: int) -> bytes:
+    def _upload_context(
+        self, round_index: int, client_id: str, counter: int, opening: str
+    ) -> bytes:
         return canonical_json(
             {
                 "federation": self.federation_id,
@@ -142,14 +146,21 @@ class Trust:
                 "round": int(round_index),
                 "client": client_id,
                 "counter": int(counter),
+                "after": opening,
             }
         ).encode()
 
     def seal_upload(
-        self, key: ParticipantKey, round_index: int, counter: int, plaintext: str
+        self,
+        key: ParticipantKey,
+        round_index: int,
+        counter: int,
+        plaintext: str,
+        opening: str = "",
     ) -> str:
-        """Seal ``plaintext`` to the server and sign it as ``key``'s upload for ``round_index``."""
-        context = self._upload_context(round_index, key.client_id, counter)
+        """Seal ``plaintext`` to the server and sign it as ``key``'s upload for ``round_index``,
+        sent after the round's ``opening`` (see :mod:`~optuna_fedbo.federation._openings`)."""
+        context = self._upload_context(round_index, key.client_id, counter, opening)
         sealed = _SUITE.encrypt(
             plaintext.encode("utf-8"), self.identity.sealing_public_key(), info=context
         )
@@ -161,22 +172,37 @@ class Trust:
                 "client": key.client_id,
                 "round": int(round_index),
                 "counter": int(counter),
+                "after": opening,
                 "ct": b64(sealed),
                 "sig": b64(signature),
             }
         )
 
     def check_upload(
-        self, text: Any, *, client_id: str, public_key: bytes, round_index: int
+        self,
+        text: Any,
+        *,
+        client_id: str,
+        public_key: bytes,
+        round_index: int,
+        openings: Collection[str] | None = None,
     ) -> tuple[int, bytes, bytes]:
         """Check an upload's envelope and signature without opening it (anyone can).
+
+        Args:
+            text: The stored upload.
+            client_id: The participant it is stored under.
+            public_key: That participant's enrolled key.
+            round_index: The round it is stored in.
+            openings: The openings of ``round_index`` (``None``: not checked): an upload that
+                follows none of them was written before the round opened.
 
         Returns:
             ``(counter, sealed bytes, binding context)``.
 
         Raises:
             UploadRejected: With the reason (oversized, malformed, another round or participant,
-                not signed by the enrolled key).
+                not signed by the enrolled key, written before its round opened).
         """
         if not isinstance(text, str):
             raise UploadRejected("not a sealed upload")
@@ -192,8 +218,11 @@ class Trust:
             raise UploadRejected("not a sealed upload (unknown envelope format)")
         counter = record.get("counter")
         upload_round = record.get("round")
+        opening = record.get("after")
         if any(isinstance(v, bool) or not isinstance(v, int) for v in (counter, upload_round)):
             raise UploadRejected("not a sealed upload (malformed round or counter)")
+        if not isinstance(opening, str):
+            raise UploadRejected("not a sealed upload (malformed opening)")
         if record.get("client") != client_id:
             raise UploadRejected(
                 f"written under participant {client_id!r} but sent by {record.get('client')!r}"
@@ -207,7 +236,7 @@ class Trust:
             signature = unb64(record.get("sig"), "signature", 64)
         except ValueError as error:
             raise UploadRejected(f"not a sealed upload ({error})") from None
-        context = self._upload_context(round_index, client_id, counter)
+        context = self._upload_context(round_index, client_id, counter, opening)
         if not verify_signature(
             public_key,
             self.federation_id,
@@ -219,12 +248,24 @@ class Trust:
                 "not signed by the enrolled key of this participant (forged, or sent for "
                 "another federation or configuration)"
             )
+        if openings is not None and opening not in openings:
+            raise UploadRejected(
+                f"written before round {round_index} opened (it follows no published broadcast "
+                f"of round {round_index - 1}): only uploads to the open round count"
+            )
         return counter, sealed, context
 
     def open_upload(
-        self, text: Any, *, client_id: str, public_key: bytes, round_index: int
+        self,
+        text: Any,
+        *,
+        client_id: str,
+        public_key: bytes,
+        round_index: int,
+        openings: Collection[str] | None = None,
     ) -> tuple[int, str]:
-        """Check and open an upload found under ``client_id``'s key of round ``round_index``.
+        """Check and open an upload found under ``client_id``'s key of round ``round_index``
+        (sent after one of its ``openings``, if given).
 
         Returns:
             ``(counter, plaintext)``.
@@ -234,7 +275,11 @@ class Trust:
                 server).
         """
         counter, sealed, context = self.check_upload(
-            text, client_id=client_id, public_key=public_key, round_index=round_index
+            text,
+            client_id=client_id,
+            public_key=public_key,
+            round_index=round_index,
+            openings=openings,
         )
         keys = self.require_server_keys()
         try:
