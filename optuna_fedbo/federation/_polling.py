@@ -9,6 +9,7 @@ from typing import TypeVar
 
 import optuna
 
+from optuna_fedbo.federation._damage import FederationDamagedError
 from optuna_fedbo.federation.store import ServerSupersededError
 from optuna_fedbo.federation.trust import UntrustedRecordError
 
@@ -29,6 +30,7 @@ def poll_rounds(
     max_consecutive_errors: int,
     on_idle: Callable[[], None] | None = None,
     finished: Callable[[], bool] | None = None,
+    intact: Callable[[], None] | None = None,
 ) -> list[Report]:
     """Call ``step`` until ``done()``, the timeout, ``stop`` or Ctrl-C; collect its reports.
 
@@ -46,6 +48,8 @@ def poll_rounds(
         finished: Whether the federation has ended (every participant finished), checked after
             every poll that closed nothing, so that a round completed by the participants'
             last uploads is still published before serving stops.
+        intact: Raises :class:`~._damage.FederationDamagedError` if the federation's main study
+            or configuration was deleted; called when a step fails.
 
     Returns:
         The reports, in order.
@@ -62,11 +66,13 @@ def poll_rounds(
             try:
                 report = step()
                 errors = 0
-            except (ServerSupersededError, UntrustedRecordError):
+            except (ServerSupersededError, UntrustedRecordError, FederationDamagedError):
                 # Not a storage hiccup: another server now owns the federation, or its records
-                # do not verify (the server fails closed rather than retry).
+                # do not verify or were deleted (the server fails closed rather than retry).
                 raise
             except Exception:
+                if intact is not None:
+                    intact()  # a deleted main study: one line naming it, not retried
                 errors += 1
                 if errors >= max_consecutive_errors:
                     raise

@@ -107,6 +107,8 @@ class UploadCollector(Generic[Parsed]):
                     f"Rejected the upload of {client_id!r} in round {round_index}{where}: "
                     f"{outcome}."
                 )
+        for gone in set(self.receipts) - set(raw):  # deleted from the storage: not received
+            del self.receipts[gone]
         if valid and self.first_seen is None:
             self.first_seen = time.monotonic()
         return valid, tuple(rejected)

@@ -20,6 +20,7 @@ from optuna.exceptions import DuplicatedStudyError
 from optuna.storages import BaseStorage
 from optuna.storages import InMemoryStorage
 
+from optuna_fedbo.federation._damage import write_to_open_round
 from optuna_fedbo.federation._openings import opening_for
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.config import FederationConfig
@@ -751,7 +752,7 @@ class Federation:
                 f"The upload of {client_id!r} has {len(sealed):,} characters sealed, over the "
                 f"bound of {MAX_UPLOAD_CHARS:,}; it is not sent."
             )
-        self._store.write_upload(round_index, client_id, sealed)
+        write_to_open_round(self._store, round_index, client_id, sealed)
         with self._lock:
             self._sent[client_id] = (round_index, text_digest(sealed)[:32], resend)
 

@@ -9,7 +9,8 @@ holds what every protocol's server shares: the constructor arguments, the server
 heartbeat and the report of a closed round.
 
 One server at a time: each server claims a new *epoch* when it starts
-(:meth:`~optuna_fedbo.federation.store.FederationStore.claim_server_epoch`), and a server whose
+(:mod:`~optuna_fedbo.federation.epoch_pin`: pinned beside its key file too, so that deleting
+epoch records never lets two servers share one), and a server whose
 epoch has been superseded -- someone started another server, e.g. a restart while the old
 process still runs -- raises :class:`~optuna_fedbo.federation.store.ServerSupersededError` at its
 next step and before it stages anything, so two servers never keep publishing side by side.
@@ -29,8 +30,12 @@ import threading
 import time
 from typing import Any
 
+from optuna_fedbo.federation._damage import reopen_uploads
 from optuna_fedbo.federation._openings import RoundOpenings
 from optuna_fedbo.federation._uploads import UploadRejected
+from optuna_fedbo.federation.epoch_pin import claim_epoch
+from optuna_fedbo.federation.epoch_pin import EpochPin
+from optuna_fedbo.federation.epoch_pin import newer_epoch
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.lease import LeaseBook
 from optuna_fedbo.federation.lifecycle import FederationSummary
@@ -165,7 +170,8 @@ class FederationServer:
         self._discard = discard_uploads
         self._heartbeat_interval = heartbeat_interval
         self._lock = threading.RLock()
-        self._epoch = self._store.claim_server_epoch()
+        self._pin = EpochPin.of(federation)
+        self._epoch = claim_epoch(self._store, self._pin)
         self._last_heartbeat = float("-inf")
         self._leases = LeaseBook(federation.store)
         self._openings = RoundOpenings(federation.store)
@@ -179,6 +185,11 @@ class FederationServer:
             cached = (now, compute())
             self._checked[key] = cached
         return cached[1]
+
+    def _keep_uploads_open(self, round_index: int) -> None:
+        """Create the open round's uploads study again if someone deleted it (checked every
+        second): the round goes on, and participants re-send the uploads it held."""
+        self._every("uploads-study", 1.0, lambda: reopen_uploads(self._store, round_index))
 
     def _work_per_round(self) -> int:
         """Trials a participant runs per round (FTS: one; a Fed-PNE phase: its pulls)."""
@@ -242,7 +253,7 @@ class FederationServer:
 
     def _ensure_current(self) -> None:
         """Raise :class:`ServerSupersededError` if a newer server has started."""
-        newer = self._store.superseded(self._epoch)
+        newer = newer_epoch(self._store, self._pin, self._epoch)
         if newer is not None:
             raise ServerSupersededError(
                 f"Another server (epoch {newer}) has started on federation "
@@ -254,7 +265,7 @@ class FederationServer:
         """Write the server's heartbeat now (participants then know a server runs), or, with
         ``stopped``, record that it stopped (participants then warn that nothing is
         published)."""
-        if stopped is not None and self._store.has_server_epoch(self._epoch + 1):
+        if stopped is not None and newer_epoch(self._store, self._pin, self._epoch):
             return  # a newer server owns the heartbeat record
         self._heartbeat(force=True, stopped=stopped)
 

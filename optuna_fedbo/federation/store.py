@@ -52,6 +52,9 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 from optuna.trial import TrialState
 
+from optuna_fedbo.federation._damage import FederationNotFoundError
+from optuna_fedbo.federation._damage import missing_config
+from optuna_fedbo.federation._damage import missing_main_study
 from optuna_fedbo.federation.trust import text_digest
 from optuna_fedbo.federation.trust import Trust
 from optuna_fedbo.federation.trust import UntrustedRecordError
@@ -194,10 +197,6 @@ def check_client_id(client_id: Any) -> str:
     return client_id
 
 
-class FederationNotFoundError(KeyError):
-    """No federation of that name in the storage."""
-
-
 class ServerSupersededError(RuntimeError):
     """Another server has started on the federation: this one must not publish any more."""
 
@@ -331,23 +330,17 @@ class FederationStore:
             if attrs is not None and CONFIG_KEY in attrs:
                 return attrs[CONFIG_KEY], attrs.get(CONFIG_SIGNATURE_KEY)
             if time.monotonic() >= deadline:
-                if attrs is None:
-                    raise FederationNotFoundError(
-                        f"No federation named {self.name!r} in this storage."
-                    )
-                raise FederationNotFoundError(
-                    f"The study {self.name!r} exists but is not an optuna-fedbo federation "
-                    "(no configuration stored)."
-                )
+                raise missing_main_study(self) if attrs is None else missing_config(self)
             time.sleep(0.05)
 
     def main_attrs(self) -> dict[str, Any]:
-        """The main study's system attributes (a copy)."""
+        """The main study's system attributes (a copy); ``FederationNotFoundError`` if the
+        main study is missing (``FederationDamagedError`` if it was deleted)."""
         try:
             return dict(self.storage.get_study_system_attrs(self._study_id(self.name)))
         except KeyError:
             self._forget(self.name)
-            raise
+            raise missing_main_study(self) from None
 
     # ---------------------------------------------------------------------- participants
     def register(self, client_id: str, enrollment: str) -> None:
@@ -714,24 +707,31 @@ class FederationStore:
             newer += 1
         return None
 
-    def claim_server_epoch(self) -> int:
-        """Claim the next server epoch: ``1 +`` the newest claimed one, then sign the claim.
+    def claim_server_epoch(
+        self, start: int = 1, reserve: Callable[[int], bool] | None = None
+    ) -> int:
+        """Claim the next server epoch from ``start`` on: ``1 +`` the newest claimed one (and
+        reserved by ``reserve``, see :mod:`.epoch_pin`), then sign the claim.
 
         Creating a study is the storage's one write that a single writer wins (a second create
         of the same name raises ``DuplicatedStudyError``), so two servers starting at once get
         different epochs. Epochs are claimed in order, so a server of epoch ``e`` has been
         superseded exactly when a later epoch holds a signed claim.
         """
-        epoch = 1
+        epoch = start
         while True:
             while self.has_server_epoch(epoch):
                 epoch += 1
+            if reserve is not None and not reserve(epoch):
+                epoch += 1
+                continue
             try:
                 study_id = self.storage.create_new_study(
                     [StudyDirection.MINIMIZE], self.server_epoch_study_name(epoch)
                 )
             except DuplicatedStudyError:
-                continue  # another server claimed it first: try the next one
+                epoch += 1  # another server claimed it first: try the next one
+                continue
             claim = {"epoch": epoch, "claimed_at": time.time()}
             self.storage.set_study_system_attr(
                 study_id, EPOCH_KEY, self._trust().sign("epoch", claim)

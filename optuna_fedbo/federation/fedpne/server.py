@@ -58,6 +58,7 @@ from optuna_fedbo.core.fedpne import FedPNEServerState
 from optuna_fedbo.core.fedpne import Phase
 from optuna_fedbo.core.fedpne import PhaseReport
 from optuna_fedbo.federation._codec import canonical_json
+from optuna_fedbo.federation._damage import check_intact
 from optuna_fedbo.federation._polling import poll_rounds
 from optuna_fedbo.federation._uploads import UploadCollector
 from optuna_fedbo.federation.federation import Federation
@@ -331,6 +332,7 @@ class FedPNEServer(FederationServer):
             if self.finished:
                 return None
             round_index = self._open
+            self._keep_uploads_open(round_index)
             uploads, rejected = self._collect(round_index, self.phase)
             reason = self._closing_reason(uploads, force)
             if reason is None:
@@ -509,6 +511,7 @@ class FedPNEServer(FederationServer):
             max_consecutive_errors=max_consecutive_errors,
             on_idle=log_missing,
             finished=self._participants_done,
+            intact=lambda: check_intact(self._store),
         )
         if self.finished:
             _logger.info(

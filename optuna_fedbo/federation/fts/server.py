@@ -55,6 +55,7 @@ from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.core.weights import subregion_weights
 from optuna_fedbo.core.weights import WeightSchedule
 from optuna_fedbo.federation._codec import vector_digest
+from optuna_fedbo.federation._damage import check_intact
 from optuna_fedbo.federation._polling import poll_rounds
 from optuna_fedbo.federation._uploads import UploadCollector
 from optuna_fedbo.federation._uploads import UploadRejected
@@ -271,6 +272,7 @@ class FTSServer(FederationServer):
             if self._exhausted is not None:
                 return None
             round_index = self.open_round
+            self._keep_uploads_open(round_index)
             uploads, rejected = self._collect(round_index)
             reason = self._closing_reason(round_index, uploads, force)
             if reason is None:
@@ -588,4 +590,5 @@ class FTSServer(FederationServer):
             callback=callback,
             max_consecutive_errors=max_consecutive_errors,
             finished=self._participants_done,
+            intact=lambda: check_intact(self._store),
         )

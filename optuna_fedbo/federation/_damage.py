@@ -1,0 +1,134 @@
+"""Deleted records: what is recreated, and what is one line naming what is missing.
+
+Anyone with the storage URL can delete a study. The open round's uploads study holds nothing the
+federation cannot do without (its uploads are re-sent by their participants), so whoever finds it
+missing while its round is open -- the server, or a participant writing its upload -- creates it
+again and the round goes on. The main study (configuration, broadcasts, the ``latest`` pointer)
+cannot be recreated by anyone but the operator from a backup: a missing main study or
+configuration is :class:`FederationDamagedError`, one line naming what is missing and the fix,
+never retried by a server (``optuna-fedbo serve`` exits with status 2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+
+_logger = optuna.logging.get_logger(__name__)
+
+
+class FederationNotFoundError(KeyError):
+    """No federation of that name in the storage."""
+
+    def __str__(self) -> str:  # the message itself, not KeyError's quoted repr
+        return str(self.args[0]) if self.args else ""
+
+
+class FederationDamagedError(FederationNotFoundError):
+    """A record the federation cannot go on without was deleted from the storage."""
+
+
+def _fix(name: str) -> str:
+    return (
+        "the operator restores the storage from a backup (or creates a new federation); "
+        f"nothing more is published or uploaded in {name!r} until then."
+    )
+
+
+def missing_main_study(store: Any) -> FederationNotFoundError:
+    """The error for a federation whose main study is not in the storage: damaged if its other
+    studies remain (it was deleted), not found otherwise."""
+    name = store.name
+    try:
+        store.storage.get_study_id_from_name(store.participants_study_name)
+    except KeyError:
+        return FederationNotFoundError(f"No federation named {name!r} in this storage.")
+    return FederationDamagedError(
+        f"Federation {name!r} is damaged: its main study {name!r} (configuration, broadcasts, "
+        f"the latest pointer) was deleted from the storage while its other studies remain; "
+        + _fix(name)
+    )
+
+
+def missing_config(store: Any) -> FederationNotFoundError:
+    """The error for a main study without a configuration: damaged if the federation's other
+    studies exist (it was deleted), not a federation otherwise."""
+    name = store.name
+    try:
+        store.storage.get_study_id_from_name(store.participants_study_name)
+    except KeyError:
+        return FederationNotFoundError(
+            f"The study {name!r} exists but is not an optuna-fedbo federation (no configuration "
+            "stored)."
+        )
+    return FederationDamagedError(
+        f"Federation {name!r} is damaged: its configuration (system attribute 'fedbo:config' of "
+        f"study {name!r}) was deleted from the storage; " + _fix(name)
+    )
+
+
+def check_intact(store: Any) -> None:
+    """Raise :class:`FederationDamagedError` if the main study or its configuration is gone.
+
+    A server calls it when a step fails: a storage hiccup is retried, a deleted main study is
+    not (it would fail every retry with a bare ``KeyError``).
+    """
+    from optuna_fedbo.federation.store import CONFIG_KEY
+
+    try:
+        study_id = store.storage.get_study_id_from_name(store.name)
+        attrs = store.storage.get_study_system_attrs(study_id)
+    except KeyError:
+        raise missing_main_study(store) from None
+    if CONFIG_KEY not in attrs:
+        raise missing_config(store)
+
+
+def reopen_uploads(store: Any, round_index: int) -> bool:
+    """Create the uploads study of the open round ``round_index`` again if it was deleted.
+
+    Returns:
+        Whether it was missing (and is now created again, with a warning).
+    """
+    try:
+        store.storage.get_study_id_from_name(store.uploads_study_name(round_index))
+        return False
+    except KeyError:
+        pass
+    store.open_uploads(round_index)
+    store.warn_once(
+        f"reopened:{round_index}",
+        f"The uploads study of the open round {round_index} of federation {store.name!r} was "
+        "deleted from the storage: it is created again, and the participants whose uploads "
+        "were lost send them again.",
+    )
+    return True
+
+
+def write_to_open_round(store: Any, round_index: int, client_id: str, sealed: str) -> None:
+    """Write a participant's sealed upload to the open round, creating the round's uploads study
+    again if someone deleted it while the round is open.
+
+    Raises:
+        KeyError: If the round closed meanwhile (its uploads study was discarded by the server).
+    """
+    from optuna_fedbo.federation._openings import opening_for
+
+    try:
+        store.write_upload(round_index, client_id, sealed)
+        return
+    except KeyError:
+        opening_for(store, round_index)  # KeyError if the server closed the round meanwhile
+        if not reopen_uploads(store, round_index):
+            raise
+    store.write_upload(round_index, client_id, sealed)
+
+
+__all__ = [
+    "FederationDamagedError",
+    "FederationNotFoundError",
+    "check_intact",
+    "reopen_uploads",
+    "write_to_open_round",
+]
