@@ -6,16 +6,25 @@ epoch whatever is deleted."""
 from __future__ import annotations
 
 import itertools
+import json
 import logging
+import os
 from pathlib import Path
+import re
+import subprocess
+import sys
+import time
+import uuid
 
 import numpy as np
 from optuna.distributions import FloatDistribution
+from optuna.study import StudyDirection
 import pytest
 
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
+from optuna_fedbo.federation._damage import FederationDamagedError
 from optuna_fedbo.federation.fts.messages import encode_upload
 
 M = 6
@@ -98,3 +107,128 @@ def test_an_upload_to_a_closed_round_is_refused_by_the_client(tmp_path: Path) ->
     server.step()
     with pytest.raises(KeyError, match="Round 0 of .* is closed"):
         fed.send_upload("c0", 0, _payload(fed, "c0", 0))
+
+
+# ---------------------------------------------------------------------- real processes
+ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "OMP_NUM_THREADS": "1"}
+WORKER = Path(__file__).with_name("_federation_worker.py")
+
+
+def _serve(url: str, name: str, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "optuna_fedbo.federation.cli", "serve", "--storage", url,
+         "--name", name, "--poll-interval", "0.02", "--timeout", "150", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+    )  # fmt: skip
+
+
+def _created(tmp_path: Path, n_clients: int) -> tuple[str, str]:
+    url = f"sqlite:///{tmp_path / 'fed.db'}"
+    name = f"damage-{uuid.uuid4().hex[:8]}"
+    Federation.create(
+        name,
+        search_space=SPACE,
+        n_clients=n_clients,
+        storage=url,
+        protocol=FTSConfig(n_features=12, n_init=2, n_subregions=2),
+        seed=1,
+    )
+    return url, name
+
+
+def _wait(condition, what: str, timeout: float = 120.0) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_a_deleted_uploads_study_is_created_again_and_the_round_goes_on(tmp_path: Path) -> None:
+    url, name = _created(tmp_path, 3)
+    fed = Federation.load(name, url)
+    # Rounds wait for all three sites, and site-2 starts late: round 0 cannot close before the
+    # deletion, whatever the timing.
+    server = _serve(url, name, "--max-rounds", "5", "--round-timeout", "none")
+
+    def worker(i: int) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, str(WORKER), url, name, f"site-{i}", "6", str(i)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+        )  # fmt: skip
+
+    def initialized(client: str) -> bool:
+        return client in fed.store.read_uploads(0) and (
+            json.loads(fed.read_upload(0, client))["n_observations"] >= 2
+        )
+
+    workers = [worker(0), worker(1)]
+    try:
+        # Both early sites sent their initial designs to round 0 and wait for its broadcast;
+        # then someone with the URL deletes round 0's uploads study.
+        _wait(lambda: initialized("site-0") and initialized("site-1"), "the initial designs")
+        study_name = fed.store.uploads_study_name(0)
+        fed.storage.delete_study(fed.storage.get_study_id_from_name(study_name))
+        workers.append(worker(2))
+        outputs = [w.communicate(timeout=180) for w in workers]
+        _, server_err = server.communicate(timeout=120)
+    finally:
+        for process in [*workers, server]:
+            if process.poll() is None:
+                process.kill()
+    for process, (out, err) in zip(workers, outputs):
+        assert "Traceback" not in err, err[-3000:]
+        assert process.returncode == 0, (out, err[-3000:])
+        assert json.loads(out.strip().splitlines()[-1])["n_trials"] == 6
+    assert server.returncode == 0 and "Traceback" not in server_err, server_err[-3000:]
+    # Round 0 was published with all three sites (the two early ones re-sent their lost
+    # uploads), and the rounds went on.
+    round_zero = [b for b in fed.store.broadcasts() if b.round == 0]
+    assert [b.value for b in round_zero] == [3.0]
+    assert fed.open_round() >= 3
+
+
+@pytest.mark.parametrize("what", ["main study", "configuration"])
+def test_a_deleted_main_study_or_configuration_is_one_line_naming_it(
+    tmp_path: Path, what: str
+) -> None:
+    url, name = _created(tmp_path, 2)
+    fed = Federation.load(name, url)
+    server = _serve(url, name)
+    try:
+        _wait(lambda: fed.status().server is not None, "the server's heartbeat")
+        main_id = fed.storage.get_study_id_from_name(name)
+        if what == "main study":
+            fed.storage.delete_study(main_id)
+        else:
+            # Optuna has no attribute deletion: the configuration goes with a copy of the main
+            # study that keeps everything else.
+            attrs = fed.store.main_attrs()
+            fed.storage.delete_study(main_id)
+            new_id = fed.storage.create_new_study([StudyDirection.MINIMIZE], name)
+            for key, value in attrs.items():
+                if key != "fedbo:config":
+                    fed.storage.set_study_system_attr(new_id, key, value)
+        _, err = server.communicate(timeout=120)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    missing = "main study" if what == "main study" else "configuration (system attribute"
+    if what == "main study":  # the running server fails closed at once, in one line
+        assert server.returncode == 2, err[-3000:]
+        assert "Traceback" not in err and "Server step failed" not in err
+        (line,) = err.strip().splitlines()
+        assert line.startswith("optuna-fedbo serve: error: ") and missing in line
+    with pytest.raises(FederationDamagedError, match=re.escape(f"is damaged: its {missing}")) as e:
+        Federation.load(name, url)
+    assert "\n" not in str(e.value) and not str(e.value).startswith("'")
+    status = subprocess.run(
+        [sys.executable, "-m", "optuna_fedbo.federation.cli", "status", "--storage", url,
+         "--name", name],
+        capture_output=True, text=True, env=ENV, timeout=120,
+    )  # fmt: skip
+    assert status.returncode == 2
+    (line,) = status.stderr.strip().splitlines()
+    assert line.startswith("optuna-fedbo status: error: ") and missing in line
+    if what == "main study":  # a loaded federation's own status says it too
+        with pytest.raises(FederationDamagedError, match="main study"):
+            fed.status()

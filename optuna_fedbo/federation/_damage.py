@@ -85,11 +85,16 @@ def check_intact(store: Any) -> None:
         raise missing_config(store)
 
 
-def reopen_uploads(store: Any, round_index: int) -> bool:
+def reopen_uploads(store: Any, round_index: int, *, warn: bool = True) -> bool:
     """Create the uploads study of the open round ``round_index`` again if it was deleted.
 
+    Args:
+        store: The federation's store.
+        round_index: The open round.
+        warn: Log a warning (the server) rather than an info line (a participant).
+
     Returns:
-        Whether it was missing (and is now created again, with a warning).
+        Whether it was missing (and is now created again).
     """
     try:
         store.storage.get_study_id_from_name(store.uploads_study_name(round_index))
@@ -97,12 +102,15 @@ def reopen_uploads(store: Any, round_index: int) -> bool:
     except KeyError:
         pass
     store.open_uploads(round_index)
-    store.warn_once(
-        f"reopened:{round_index}",
+    message = (
         f"The uploads study of the open round {round_index} of federation {store.name!r} was "
         "deleted from the storage: it is created again, and the participants whose uploads "
-        "were lost send them again.",
+        "were lost send them again."
     )
+    if warn:
+        store.warn_once(f"reopened:{round_index}", message)
+    else:
+        _logger.info(message)
     return True
 
 
@@ -120,7 +128,7 @@ def write_to_open_round(store: Any, round_index: int, client_id: str, sealed: st
         return
     except KeyError:
         opening_for(store, round_index)  # KeyError if the server closed the round meanwhile
-        if not reopen_uploads(store, round_index):
+        if not reopen_uploads(store, round_index, warn=False):
             raise
     store.write_upload(round_index, client_id, sealed)
 

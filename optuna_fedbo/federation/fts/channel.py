@@ -68,6 +68,10 @@ class FTSChannel:
         # epoch, re-send in full) of its last upload by digest when that came later.
         self._sent_vectors: dict[str, _SentVector] = {}
         self._references: dict[str, tuple[int, int, Callable[[], None]]] = {}
+        # Each participant's last upload: (round, re-send it), re-sent if it vanishes from its
+        # still open round (its uploads study deleted by someone with the URL).
+        self._last_sent: dict[str, tuple[int, Callable[[], None]]] = {}
+        self._last_check = 0.0
         self._epoch = 0
 
     def features(self) -> RandomFourierFeatures:
@@ -164,6 +168,7 @@ class FTSChannel:
                 self._resend_references(round_index, stalled=True)
                 return None
             self._resend_references(round_index, stalled=False)
+            self._resend_erased(round_index)
             time.sleep(poll_interval)
 
     def upload(
@@ -259,6 +264,8 @@ class FTSChannel:
                     raise
                 _logger.debug(f"Round {round_index} closed during an upload; retrying.")
                 continue
+            with self._lock:
+                self._last_sent[client_id] = (round_index, resend)
             if pooled:
                 with self._lock:
                     if same_as is not None:
@@ -296,6 +303,23 @@ class FTSChannel:
             if stalled or sent_epoch != epoch:
                 _logger.info(f"{client_id}: re-sending its statistics in full.")
                 resend()
+
+    def _resend_erased(self, round_index: int) -> None:
+        """Re-send (at most every second) this process's uploads to the open ``round_index``
+        that are no longer in it: deleted from the storage, they would never count."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last_check < 1.0:
+                return
+            self._last_check = now
+            pending = {c: r for c, (n, r) in self._last_sent.items() if n == round_index}
+        for client_id, resend in pending.items():
+            if self.federation.has_sent(client_id, round_index):
+                continue
+            if self.federation.open_round() != round_index:
+                return  # the round closed meanwhile (and its uploads were discarded)
+            _logger.info(f"{client_id}: its upload left round {round_index}; re-sending it.")
+            resend()
 
     def _closed_since(self, round_index: int) -> bool:
         """Whether ``round_index`` is no longer the open round (waits briefly for the server to
