@@ -32,11 +32,13 @@ import threading
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 HOME_ENV = "OPTUNA_FEDBO_HOME"
 SERVER_KEY_TYPE = "optuna-fedbo-server-key"
@@ -390,6 +392,18 @@ class ParticipantKey:
                 f"This credential of {self.client_id!r} holds no private key; it cannot sign."
             )
         return self._signing.sign(_message(self.federation_id, purpose, message))
+
+    def derive_secret(self, purpose: str) -> bytes:
+        """A 32-byte secret only this participant can derive (HKDF-SHA256 of its private key,
+        bound to the federation, the participant and ``purpose``): e.g. to seal records to
+        itself."""
+        if self._signing is None:
+            raise ValueError(f"This credential of {self.client_id!r} holds no private key.")
+        raw = self._signing.private_bytes(
+            _RAW, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+        )
+        info = _message(self.federation_id, purpose, self.client_id.encode())
+        return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(raw)
 
     @staticmethod
     def path(

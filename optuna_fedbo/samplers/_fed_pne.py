@@ -23,6 +23,7 @@ from optuna_fedbo.core.fedpne import Phase
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fedpne.channel import FedPNEChannel
 from optuna_fedbo.federation.fedpne.channel import FedPNEStatus
+from optuna_fedbo.federation.fedpne.releases import ReleaseBook
 from optuna_fedbo.privacy._rng import refuse_insecure_noise_seed
 from optuna_fedbo.privacy._rng import research_rng
 from optuna_fedbo.samplers._common import check_single_objective
@@ -143,6 +144,13 @@ class FedPNESampler(FedSampler):
         self._completed: dict[tuple[int, int], dict[int, float]] = {}
         self._n_clipped = 0
         self._noise_rng: np.random.Generator | None = None  # None: OS entropy
+        self._upload_checked = 0.0
+        # DP-Fed-PNE: the noisy means released, kept to be re-sent as they are.
+        self._releases = (
+            None
+            if self._config.reward_privacy is None
+            else ReleaseBook(federation, self.client_id)
+        )
         guarantee = self.privacy_guarantee
         if guarantee is not None:
             _logger.info(f"{client_id}: {guarantee.description}")
@@ -456,23 +464,35 @@ class FedPNESampler(FedSampler):
             self._ensure_uploaded(study, phase, done)
 
     def _ensure_uploaded(self, study: Study, phase: Phase, done: dict[int, float]) -> None:
-        """Upload the node means of a completed phase unless they are already in its round."""
+        """Upload the node means of a completed phase unless they are already in its round
+        (checked again every second: means erased from the storage are sent again).
+
+        Under DP-Fed-PNE the noisy means are kept (sealed, in the participant's key folder)
+        before they are sent, and a later upload of the phase re-sends them as they are: the
+        rewards are never noised twice (:mod:`~optuna_fedbo.federation.fedpne.releases`).
+        """
         with self._lock:
             if phase.index in self._uploaded:
-                return
+                if time.monotonic() - self._upload_checked < 1.0:
+                    return
+                self._upload_checked = time.monotonic()
             if self.channel.has_uploaded(self.client_id, phase.index):
                 self._uploaded.add(phase.index)
                 return
-            schedule = phase.schedule()
-            nodes = [schedule[k] for k in range(phase.budget)]
-            rewards = [done[k] for k in range(phase.budget)]
-            means = local_node_means(
-                phase,
-                nodes,
-                rewards,
-                privacy=self._config.reward_privacy,
-                noise_rng=self._noise_rng,
-            )
+            if phase.index in self._uploaded:
+                _logger.info(f"{self.client_id}: its means of phase {phase.index} were erased.")
+            means = None if self._releases is None else self._releases.recall(phase)
+            if means is None:
+                schedule = phase.schedule()
+                means = local_node_means(
+                    phase,
+                    [schedule[k] for k in range(phase.budget)],
+                    [done[k] for k in range(phase.budget)],
+                    privacy=self._config.reward_privacy,
+                    noise_rng=self._noise_rng,
+                )
+                if self._releases is not None:
+                    self._releases.keep(phase, means)
             sent = self.channel.upload(self.client_id, phase, means)
             self._uploaded.add(phase.index)
         if sent:
