@@ -11,6 +11,7 @@ import logging
 import os
 from pathlib import Path
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -24,8 +25,10 @@ import pytest
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
+from optuna_fedbo.federation import ServerSupersededError
 from optuna_fedbo.federation._damage import FederationDamagedError
 from optuna_fedbo.federation.fts.messages import encode_upload
+from optuna_fedbo.federation.keys import ServerKeys
 
 M = 6
 SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
@@ -232,3 +235,47 @@ def test_a_deleted_main_study_or_configuration_is_one_line_naming_it(
     if what == "main study":  # a loaded federation's own status says it too
         with pytest.raises(FederationDamagedError, match="main study"):
             fed.status()
+
+
+# ------------------------------------------------------------------------------- epochs
+def _delete_epoch_records(fed: Federation) -> int:
+    doomed = [s for s in fed.storage.get_all_studies() if ":fedbo:server:" in s.study_name]
+    for study in doomed:
+        fed.storage.delete_study(study._study_id)
+    return len(doomed)
+
+
+def test_deleted_epoch_records_never_let_two_servers_share_an_epoch(tmp_path: Path) -> None:
+    fed = _federation(tmp_path)
+    first = FederationServer(fed)
+    assert _delete_epoch_records(fed) == 1
+    second = FederationServer(Federation.load(fed.name, fed.storage, key_dir=tmp_path / "keys"))
+    assert second.epoch > first.epoch
+    with pytest.raises(ServerSupersededError):
+        first.step()
+    # Whatever is deleted next (the newer claim too), the older server stays stopped ...
+    _delete_epoch_records(fed)
+    with pytest.raises(ServerSupersededError):
+        first.step(force=True)
+    # ... and the newer one carries on.
+    for i in range(2):
+        _upload(fed, f"c{i}", i)
+    assert second.step().round == 0
+
+
+def test_a_server_with_a_copied_key_file_claims_above_every_signed_epoch(tmp_path: Path) -> None:
+    fed = _federation(tmp_path)
+    first = FederationServer(fed)
+    first.announce()  # its signed heartbeat names its epoch
+    _delete_epoch_records(fed)
+    # The same server keys on another machine (another key directory): no shared pin.
+    source = ServerKeys.path(fed.federation_id, tmp_path / "keys")
+    target = ServerKeys.path(fed.federation_id, tmp_path / "elsewhere")
+    target.parent.mkdir(parents=True, mode=0o700)
+    shutil.copy(source, target)
+    other = FederationServer(
+        Federation.load(fed.name, fed.storage, key_dir=tmp_path / "elsewhere")
+    )
+    assert other.epoch > first.epoch
+    with pytest.raises(ServerSupersededError):
+        first.step()
