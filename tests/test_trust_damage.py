@@ -23,10 +23,10 @@ from optuna.study import StudyDirection
 import pytest
 
 from optuna_fedbo.federation import Federation
+from optuna_fedbo.federation import FederationDamagedError
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation import ServerSupersededError
-from optuna_fedbo.federation._damage import FederationDamagedError
 from optuna_fedbo.federation.fts.messages import encode_upload
 from optuna_fedbo.federation.keys import ServerKeys
 

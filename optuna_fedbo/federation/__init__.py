@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from optuna_fedbo.federation._damage import FederationDamagedError
 from optuna_fedbo.federation.config import FederationConfig
 from optuna_fedbo.federation.config import ProtocolConfig
 from optuna_fedbo.federation.dp_config import DPConfig
@@ -75,6 +76,7 @@ __all__ = [
     "FedPNEStatus",
     "Federation",
     "FederationConfig",
+    "FederationDamagedError",
     "FederationNotFoundError",
     "FederationServer",
     "FederationStatus",

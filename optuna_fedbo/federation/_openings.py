@@ -59,17 +59,29 @@ class RoundOpenings:
         self._known: tuple[int, frozenset[str]] | None = None
 
     def __call__(self, round_index: int) -> frozenset[str]:
-        """Digests of the signed records of every published broadcast of ``round_index - 1``
-        (two servers racing may have published two); ``{""}`` for round 0."""
+        """Digests of the signed records of the published broadcast of ``round_index - 1``
+        named by the signed ``latest`` pointer (else of every published one: two racing
+        servers may have published two); ``{""}`` for round 0."""
         if round_index == 0:
             return frozenset({FIRST_OPENING})
         known = self._known
         if known is not None and known[0] == round_index:
             return known[1]
+        previous = round_index - 1
+        latest = self._store.latest()
+        if latest is not None and int(latest["round"]) == previous:
+            openings = {str(latest["digest"])}  # the signed pointer names the one published
+        else:
+            openings = self._scan(previous)
+        if openings:  # the round is open: its openings never change
+            self._known = (round_index, frozenset(openings))
+        return frozenset(openings)
+
+    def _scan(self, previous: int) -> set[str]:
+        """Digests of the verified records of every published broadcast of ``previous``."""
         trust = self._store.trust
         assert trust is not None
         openings = set()
-        previous = round_index - 1
         for trial in self._store.broadcast_trials():
             record = trial.system_attrs.get(BROADCAST_KEY)
             if trial.state != TrialState.COMPLETE or trial.system_attrs[ROUND_KEY] != previous:
@@ -79,9 +91,7 @@ class RoundOpenings:
                     openings.add(text_digest(str(record)))
             except UntrustedRecordError:
                 continue  # a forged broadcast opens nothing (the store warns when it reads it)
-        if openings:  # the round is open: its openings never change
-            self._known = (round_index, frozenset(openings))
-        return frozenset(openings)
+        return openings
 
 
 __all__ = ["FIRST_OPENING", "RoundOpenings", "opening_for"]
