@@ -140,3 +140,31 @@ def test_a_kept_release_that_does_not_open_stops_the_upload(tmp_path: Path) -> N
     kept.write_text(json.dumps(record))
     with pytest.raises(ReleaseError, match="does not open with this participant's key"):
         book.recall(phase)
+
+
+def test_means_erased_while_waiting_are_resent_as_released(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    import optuna
+
+    import optuna_fedbo.core.fedpne.client as client
+    from optuna_fedbo.samplers._fed_pne import FedPNESampler
+
+    url = f"sqlite:///{tmp_path / 'fed.db'}"
+    fed = Federation.create(
+        f"erased-{uuid.uuid4().hex[:8]}", search_space=SPACE, n_clients=2, storage=url,
+        protocol=CONFIG,
+    )  # fmt: skip
+    sampler = FedPNESampler(fed, "c0", phase_timeout=0.0, on_timeout="best", poll_interval=0.01)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    phase = fed.channel.initial_phase
+    study.optimize(lambda t: t.suggest_float("x", 0.0, 1.0), n_trials=phase.budget)
+    released = json.loads(fed.read_upload(0, "c0"))["means"]
+    fed.storage.delete_study(fed.storage.get_study_id_from_name(fed.store.uploads_study_name(0)))
+    draws: list[int] = []
+    privatize = client.privatize_rewards
+    monkeypatch.setattr(
+        client, "privatize_rewards", lambda r, s, g=None: draws.append(1) or privatize(r, s, g)
+    )
+    monkeypatch.setattr(sampler, "_upload_checked", 0.0)  # its next check is due
+    study.optimize(lambda t: t.suggest_float("x", 0.0, 1.0), n_trials=1)  # waits: re-sends
+    fed.store.read_uploads(0)  # (forgets the deleted study's id)
+    assert json.loads(fed.read_upload(0, "c0"))["means"] == released and draws == []
