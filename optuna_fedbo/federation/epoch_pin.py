@@ -119,15 +119,16 @@ def claim_epoch(store: FederationStore, pin: EpochPin) -> int:
     return store.claim_server_epoch(start, reserve=pin.reserve)
 
 
-def newer_epoch(store: FederationStore, pin: EpochPin, epoch: int) -> int | None:
-    """A newer server's epoch (pinned, claimed and signed in the storage, or in the signed
-    heartbeat), or ``None``."""
+def newer_epoch(
+    store: FederationStore, pin: EpochPin, epoch: int, *, heartbeat: bool = True
+) -> int | None:
+    """A newer server's epoch (pinned, claimed and signed in the storage, or, with
+    ``heartbeat``, named by the signed heartbeat), or ``None``."""
     newer = pin.newer_than(epoch) or store.superseded(epoch)
-    if newer is not None:
+    if newer is not None or not heartbeat:
         return newer
-    heartbeat = store.server_status()
-    beat = None if heartbeat is None else int(heartbeat.get("epoch", 0))
-    return beat if beat is not None and beat > epoch else None
+    beat = int((store.server_status() or {}).get("epoch", 0))
+    return beat if beat > epoch else None
 
 
 __all__ = ["EpochPin", "claim_epoch", "newer_epoch", "signed_epoch_floor"]

@@ -253,7 +253,9 @@ class FederationServer:
 
     def _ensure_current(self) -> None:
         """Raise :class:`ServerSupersededError` if a newer server has started."""
-        newer = newer_epoch(self._store, self._pin, self._epoch)
+        newer = newer_epoch(self._store, self._pin, self._epoch, heartbeat=False) or self._every(
+            "heartbeat-epoch", 1.0, lambda: newer_epoch(self._store, self._pin, self._epoch)
+        )
         if newer is not None:
             raise ServerSupersededError(
                 f"Another server (epoch {newer}) has started on federation "
