@@ -9,6 +9,7 @@ STUDY_STORAGE``.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 import stat
@@ -164,7 +165,7 @@ def test_means_erased_while_waiting_are_resent_as_released(tmp_path, monkeypatch
     monkeypatch.setattr(
         client, "privatize_rewards", lambda r, s, g=None: draws.append(1) or privatize(r, s, g)
     )
-    monkeypatch.setattr(sampler, "_upload_checked", 0.0)  # its next check is due
+    monkeypatch.setattr(sampler._erasures, "_checked", [-math.inf, -math.inf])  # checks due
     study.optimize(lambda t: t.suggest_float("x", 0.0, 1.0), n_trials=1)  # waits: re-sends
     fed.store.read_uploads(0)  # (forgets the deleted study's id)
     assert json.loads(fed.read_upload(0, "c0"))["means"] == released and draws == []

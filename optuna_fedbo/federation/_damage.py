@@ -11,6 +11,9 @@ never retried by a server (``optuna-fedbo serve`` exits with status 2).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+import threading
+import time
 from typing import Any
 
 import optuna
@@ -133,7 +136,43 @@ def write_to_open_round(store: Any, round_index: int, client_id: str, sealed: st
     store.write_upload(round_index, client_id, sealed)
 
 
+class ErasureCheck:
+    """Whether a participant's uploads to its open round are still there, while it waits for
+    the round's broadcast: every ``study_every`` seconds whether the round's uploads study
+    exists (one cheap read), every ``upload_every`` seconds whether it holds the participant's
+    own signed upload (a read of the round's uploads, so rarely).
+
+    Args:
+        study_every: Seconds between the checks of the uploads study.
+        upload_every: Seconds between the checks of the uploads themselves.
+    """
+
+    def __init__(self, study_every: float = 1.0, upload_every: float = 10.0) -> None:
+        self._every = (study_every, upload_every)
+        self._checked = [float("-inf"), time.monotonic()]
+        self._lock = threading.Lock()
+
+    def erased(self, federation: Any, round_index: int, client_ids: Iterable[str]) -> list[str]:
+        """The participants among ``client_ids`` whose upload to ``round_index`` is gone (all
+        of them if its uploads study was deleted); empty between checks."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._checked[0] < self._every[0]:
+                return []
+            self._checked[0] = now
+            full = now - self._checked[1] >= self._every[1]
+            if full:
+                self._checked[1] = now
+        store = federation.store
+        try:
+            store.storage.get_study_id_from_name(store.uploads_study_name(round_index))
+        except KeyError:
+            return list(client_ids)
+        return [c for c in client_ids if full and not federation.has_sent(c, round_index)]
+
+
 __all__ = [
+    "ErasureCheck",
     "FederationDamagedError",
     "FederationNotFoundError",
     "check_intact",

@@ -20,6 +20,7 @@ from optuna.trial import TrialState
 from optuna_fedbo.core.fedpne import FederatedDPGuarantee
 from optuna_fedbo.core.fedpne import local_node_means
 from optuna_fedbo.core.fedpne import Phase
+from optuna_fedbo.federation._damage import ErasureCheck
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fedpne.channel import FedPNEChannel
 from optuna_fedbo.federation.fedpne.channel import FedPNEStatus
@@ -144,7 +145,7 @@ class FedPNESampler(FedSampler):
         self._completed: dict[tuple[int, int], dict[int, float]] = {}
         self._n_clipped = 0
         self._noise_rng: np.random.Generator | None = None  # None: OS entropy
-        self._upload_checked = 0.0
+        self._erasures = ErasureCheck()
         # DP-Fed-PNE: the noisy means released, kept to be re-sent as they are.
         self._releases = (
             None
@@ -465,7 +466,7 @@ class FedPNESampler(FedSampler):
 
     def _ensure_uploaded(self, study: Study, phase: Phase, done: dict[int, float]) -> None:
         """Upload the node means of a completed phase unless they are already in its round
-        (checked again every second: means erased from the storage are sent again).
+        (checked again while waiting: means erased from the storage are sent again).
 
         Under DP-Fed-PNE the noisy means are kept (sealed, in the participant's key folder)
         before they are sent, and a later upload of the phase re-sends them as they are: the
@@ -473,14 +474,14 @@ class FedPNESampler(FedSampler):
         """
         with self._lock:
             if phase.index in self._uploaded:
-                if time.monotonic() - self._upload_checked < 1.0:
+                if not self._erasures.erased(self.federation, phase.index - 1, [self.client_id]):
                     return
-                self._upload_checked = time.monotonic()
-            if self.channel.has_uploaded(self.client_id, phase.index):
+                if self.channel.view().phase.index != phase.index:
+                    return  # the phase closed meanwhile (and its uploads were discarded)
+                _logger.info(f"{self.client_id}: its means of phase {phase.index} were erased.")
+            elif self.channel.has_uploaded(self.client_id, phase.index):
                 self._uploaded.add(phase.index)
                 return
-            if phase.index in self._uploaded:
-                _logger.info(f"{self.client_id}: its means of phase {phase.index} were erased.")
             means = None if self._releases is None else self._releases.recall(phase)
             if means is None:
                 schedule = phase.schedule()

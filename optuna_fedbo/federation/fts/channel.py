@@ -20,6 +20,7 @@ from optuna_fedbo.core.pooling import pooling_feature_maps
 from optuna_fedbo.core.rff import multiscale_range
 from optuna_fedbo.core.rff import RandomFourierFeatures
 from optuna_fedbo.federation._codec import vector_digest
+from optuna_fedbo.federation._damage import ErasureCheck
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fts.config import FTSConfig
 from optuna_fedbo.federation.fts.messages import Broadcast
@@ -71,7 +72,7 @@ class FTSChannel:
         # Each participant's last upload: (round, re-send it), re-sent if it vanishes from its
         # still open round (its uploads study deleted by someone with the URL).
         self._last_sent: dict[str, tuple[int, Callable[[], None]]] = {}
-        self._last_check = 0.0
+        self._erasures = ErasureCheck()
         self._epoch = 0
 
     def features(self) -> RandomFourierFeatures:
@@ -305,17 +306,13 @@ class FTSChannel:
                 resend()
 
     def _resend_erased(self, round_index: int) -> None:
-        """Re-send (at most every second) this process's uploads to the open ``round_index``
-        that are no longer in it: deleted from the storage, they would never count."""
-        now = time.monotonic()
+        """Re-send this process's uploads to the open ``round_index`` that are no longer in it
+        (:class:`~optuna_fedbo.federation._damage.ErasureCheck`): deleted from the storage,
+        they would never count."""
         with self._lock:
-            if now - self._last_check < 1.0:
-                return
-            self._last_check = now
             pending = {c: r for c, (n, r) in self._last_sent.items() if n == round_index}
-        for client_id, resend in pending.items():
-            if self.federation.has_sent(client_id, round_index):
-                continue
+        for client_id in self._erasures.erased(self.federation, round_index, pending):
+            resend = pending[client_id]
             if self.federation.open_round() != round_index:
                 return  # the round closed meanwhile (and its uploads were discarded)
             _logger.info(f"{client_id}: its upload left round {round_index}; re-sending it.")
