@@ -31,6 +31,7 @@ from optuna.storages import RDBStorage
 from optuna.storages.journal import JournalStorage
 
 from optuna_fedbo.federation._codec import digest
+from optuna_fedbo.federation._damage import FederationDamagedError
 from optuna_fedbo.federation.config import FederationConfig
 from optuna_fedbo.federation.keys import _read_private
 from optuna_fedbo.federation.keys import _write_private
@@ -192,6 +193,8 @@ def verify_stored_config(
     pin = None if server_fingerprint is None else check_fingerprint(server_fingerprint)
     try:
         text, signature = store.read_config(wait=wait)
+    except FederationDamagedError:
+        raise  # names what was deleted (the main study or the configuration)
     except FederationNotFoundError as error:
         raise FederationNotFoundError(lost_message(store, key_dir) or error.args[0]) from None
     try:
