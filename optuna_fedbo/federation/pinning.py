@@ -193,8 +193,15 @@ def verify_stored_config(
     pin = None if server_fingerprint is None else check_fingerprint(server_fingerprint)
     try:
         text, signature = store.read_config(wait=wait)
-    except FederationDamagedError:
-        raise  # names what was deleted (the main study or the configuration)
+    except FederationDamagedError as error:  # names what was deleted
+        pinned = _pinned(store, key_dir)
+        if pinned is None:
+            raise
+        raise FederationDamagedError(
+            f"{error} This key directory created or joined it there (configuration "
+            f"{str(pinned[1].get('config'))[:12]}..., pinned in {pinned[0]}): remove that pin "
+            "only to start a new federation of that name there on purpose."
+        ) from None
     except FederationNotFoundError as error:
         raise FederationNotFoundError(lost_message(store, key_dir) or error.args[0]) from None
     try:
