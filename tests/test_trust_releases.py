@@ -74,13 +74,13 @@ def _published_rounds(fed: Federation, rounds: int) -> FederationServer:
 def test_a_tampered_ledger_entry_makes_the_server_fail_closed(caplog) -> None:
     fed = _federation()
     server = _published_rounds(fed, 2)
+    _upload_all(fed)  # (after the tampering participants refuse to upload: tested elsewhere)
     ledger_id = fed.storage.get_study_id_from_name(fed.store.ledger_study_name)
     attrs = fed.storage.get_study_system_attrs(ledger_id)
     key = sorted(k for k in attrs if k.startswith("r:"))[0]
     record = json.loads(attrs[key])
     record["body"]["epsilon"] = 0.0  # "nothing was spent"
     fed.storage.set_study_system_attr(ledger_id, key, json.dumps(record))
-    _upload_all(fed)
     with pytest.raises(LedgerIntegrityError, match="refuses to publish"):
         server.step()
     with pytest.raises(LedgerIntegrityError, match="does not verify"):

@@ -50,6 +50,7 @@ from optuna_fedbo.federation.store import resolve_storage
 from optuna_fedbo.federation.trust import MAX_UPLOAD_CHARS
 from optuna_fedbo.federation.trust import text_digest
 from optuna_fedbo.federation.trust import Trust
+from optuna_fedbo.federation.watermark import check_participant
 from optuna_fedbo.search_space import SearchSpaceEncoder
 
 if TYPE_CHECKING:
@@ -482,6 +483,11 @@ class Federation:
         return self._trust.federation_id
 
     @property
+    def key_dir(self) -> str | os.PathLike[str] | None:
+        """The key directory given when loading (``None``: the per-user default)."""
+        return self._key_dir
+
+    @property
     def is_operator(self) -> bool:
         """Whether this process holds the server's private keys (can serve and enroll)."""
         return self._trust.server_keys is not None
@@ -736,9 +742,12 @@ class Federation:
 
         Raises:
             ValueError: If the participant cannot sign, or the sealed upload is over the bound.
+            LedgerRollbackError: If the federation went backwards (a rolled-back storage).
             KeyError: If the round is closed (its uploads study is gone).
         """
         key = self._participant_key(client_id)
+        if self._privacy is not None:
+            check_participant(self)  # never into a federation that went backwards
         with self._lock:
             self._counter = max(self._counter + 1, time.time_ns())
             counter = self._counter

@@ -35,6 +35,7 @@ from optuna_fedbo.federation.lease import LeaseBook
 from optuna_fedbo.federation.lifecycle import FederationSummary
 from optuna_fedbo.federation.protocol import get_protocol
 from optuna_fedbo.federation.store import ServerSupersededError
+from optuna_fedbo.federation.watermark import guard_server
 from optuna_fedbo.privacy._rng import INSECURE_NOISE_SEED
 from optuna_fedbo.privacy._rng import refuse_insecure_noise_seed
 
@@ -157,6 +158,10 @@ class FederationServer:
                 f"file servers/{federation.federation_id}.json of the operator's key directory "
                 "there (mode 0600)."
             )
+        if federation.privacy is not None:
+            # Before anything is written (the epoch claim is a write): a ledger behind the
+            # server's high-water mark, or a mark missing or corrupt, fails closed here.
+            guard_server(federation)
         self.federation = federation
         self._store = federation.store
         self._round_timeout = round_timeout

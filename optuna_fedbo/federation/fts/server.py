@@ -201,13 +201,15 @@ class FTSServer(FederationServer):
                 )
                 self._store.purge_broadcast(broadcast.trial_id)
         if self._staged is None and self._ledger is not None and self._exhausted is None:
-            payload = self._ledger.unreleased(open_round, {b.digest for b in broadcasts})
-            if payload is not None:
+            accounted = self._ledger.unreleased(open_round, {b.digest for b in broadcasts})
+            if accounted is not None:
+                payload, receipts = accounted
                 _logger.warning(
                     f"Round {open_round} was accounted but not staged (a crash): publishing the "
                     "accounted payload."
                 )
                 self._ensure_current()
+                self._uploads.receipts = {r: r for r in receipts}  # kept with it in the ledger
                 trial_id = self._store.stage_broadcast(open_round, self._sign(open_round, payload))
                 self._staged = self._resumed(trial_id, payload)
         if self._last_published >= 0 and self._discard:
@@ -224,7 +226,7 @@ class FTSServer(FederationServer):
     def _sign(self, round_index: int, payload: str, ledger_count: int | None = None) -> str:
         """The signed broadcast record (with the receipts of the round's valid uploads)."""
         if ledger_count is None:
-            ledger_count = 0 if self._ledger is None else len(self._ledger.verified())
+            ledger_count = 0 if self._ledger is None else self._ledger.n_released()
         return self._store.sign_broadcast(
             round_index,
             payload,
@@ -306,6 +308,7 @@ class FTSServer(FederationServer):
                     epoch=self._epoch,
                     noise_std=private.noise_std,
                     phi_max=phi_max,
+                    receipts=tuple(self._uploads.receipts.values()),
                 )
             signed = self._sign(round_index, payload, None if entry is None else entry.n_accounted)
             self._ensure_current()  # again: aggregation took time, and staging is a release
