@@ -20,7 +20,9 @@ Differential privacy (DP-FTS-DE): ``--preset dp-fts-de`` (protocol and privacy),
 ``--privacy-preset dp-fts-de`` (the paper's ``z = 1``,
 ``q = 0.35``, ``S = 22``, moments accountant) and/or ``--privacy '{"noise_multiplier": 1.0,
 "sample_rate": 0.35, "clip_norm": 22, "epsilon_budget": 8}'`` (DPConfig fields, applied on top
-of the preset); ``status --ledger`` lists every accounted round.
+of the preset); ``status --ledger`` lists every accounted round. After restoring a backup of the
+storage, ``restore-ledger`` carries the privacy spent forward (the server refuses to publish on a
+rolled-back ledger until then).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from optuna_fedbo.federation.preset import unpack
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
 from optuna_fedbo.federation.store import ServerSupersededError
+from optuna_fedbo.federation.watermark import restore_ledger
 from optuna_fedbo.privacy._rng import refuse_insecure_noise_seed
 
 
@@ -264,6 +267,22 @@ def _parser() -> argparse.ArgumentParser:
         help="Show the status again every SECONDS (default 5) until every participant has "
         "finished (or Ctrl-C).",
     )
+    restore = commands.add_parser(
+        "restore-ledger",
+        help="After restoring a backup of the storage: carry the privacy spent forward.",
+        description="The server refuses to publish on a storage whose privacy ledger is behind "
+        "its high-water mark (kept beside its key file). After restoring a backup on purpose, "
+        "this writes a signed entry that carries the releases the restored ledger lacks "
+        "forward from the mark, so epsilon and the budget count every release ever made. "
+        "--trust-storage instead rebuilds a lost mark from the storage's ledger (only if the "
+        "storage was not rolled back).",
+    )
+    _add_target(restore)
+    restore.add_argument(
+        "--trust-storage",
+        action="store_true",
+        help="Rebuild a lost high-water mark from the storage's ledger as it is.",
+    )
     _add_trust_commands(commands)
     return parser
 
@@ -426,6 +445,21 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _restore_ledger(args: argparse.Namespace) -> int:
+    federation = _load(args)
+    entry = restore_ledger(federation, trust_storage=args.trust_storage)
+    epsilon, delta = federation.privacy_ledger().spent()
+    if entry is None:
+        print(f"rebuilt the high-water mark of {federation.name} from its ledger")
+    else:
+        print(f"carried {entry.carried} release(s) forward from the high-water mark")
+    print(
+        f"privacy spent: epsilon {epsilon:.4g} at delta {delta:.3g} after "
+        f"{federation.privacy_ledger().n_accounted()} release(s); serve can go on"
+    )
+    return 0
+
+
 def _status(args: argparse.Namespace) -> int:
     federation = _load(args)
     if args.watch is None:
@@ -493,6 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "enroll": _enroll,
         "import-credential": _import_credential,
         "keygen": _keygen,
+        "restore-ledger": _restore_ledger,
     }
     try:
         if getattr(args, "insecure_noise_seed", None) is not None:

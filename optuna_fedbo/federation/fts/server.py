@@ -179,8 +179,9 @@ class FTSServer(FederationServer):
         broadcasts = self._store.broadcasts()
         published = [b for b in broadcasts if b.state == TrialState.COMPLETE]
         self._last_published = max((b.round for b in published), default=-1)
-        latest = self._store.latest()
-        if published and (latest is None or int(latest["round"]) < self._last_published):
+        pointer = self._store.latest()
+        stale = pointer is None or "scanned" in pointer or pointer["round"] < self._last_published
+        if published and stale:  # a crash before the pointer moved, or an older pointer
             newest = max(published, key=lambda b: b.round)
             self._store.commit_broadcast(
                 newest.trial_id, self._last_published, int(newest.value or 0)
