@@ -30,6 +30,7 @@ from optuna_fedbo.federation.keys import remember
 from optuna_fedbo.federation.keys import ServerKeys
 from optuna_fedbo.federation.lease import DEFAULT_LEASE_TTL
 from optuna_fedbo.federation.lease import Lease
+from optuna_fedbo.federation.ledger import format_summary
 from optuna_fedbo.federation.ledger import LedgerEntry
 from optuna_fedbo.federation.ledger import PrivacyLedger
 from optuna_fedbo.federation.lifecycle import FederationSummary
@@ -152,7 +153,7 @@ class FederationStatus:
             lines[-1] += f" (and {not_joined} not joined yet)"
         lines.append(format_server(self.server))
         if self.privacy is not None:
-            lines += _format_privacy(self.privacy)
+            lines += format_summary(self.privacy)
         return "\n".join(lines)
 
 
@@ -166,32 +167,6 @@ def format_server(server: dict[str, Any] | None) -> str:
         f"server         {server.get('host')} pid {server.get('pid')}{epoch}, "
         f"last seen {age:.0f} s ago"
     )
-
-
-def _format_privacy(summary: dict[str, Any]) -> list[str]:
-    budget = summary["epsilon_budget"]
-    spent = f"epsilon {summary['epsilon']:.4g}"
-    if budget is not None:
-        spent += f" of budget {budget:g}"
-    lines = [
-        f"privacy        {spent}, delta {summary['delta']:.3g} after "
-        f"{summary['rounds_accounted']} accounted round(s) ({summary['accountant']} accountant)",
-        f"mechanism      z {summary['noise_multiplier']:g}, q {summary['sample_rate']:g}, "
-        f"S {summary['clip_norm']:g}, {summary['sampling']} sampling "
-        f"({summary['neighbouring_relation']})",
-    ]
-    if summary.get("unverified_entries"):
-        lines.append(
-            f"ledger         {summary['unverified_entries']} entries do not verify (ignored: "
-            "the ledger was tampered with; the server refuses to publish)"
-        )
-    exhausted = summary["budget_exhausted"]
-    if exhausted is not None:
-        lines.append(
-            f"budget         exhausted: round {exhausted['round']} not published (epsilon "
-            f"would reach {exhausted['epsilon_next']:.4g}); participants use local TS"
-        )
-    return lines
 
 
 class Federation:
