@@ -29,6 +29,7 @@ from optuna_fedbo.federation.store import LATEST_KEY
 from optuna_fedbo.federation.store import SERVER_KEY
 from optuna_fedbo.federation.trust import text_digest
 from optuna_fedbo.federation.watermark import LedgerRollbackError
+from optuna_fedbo.federation.watermark import ParticipantMark
 from optuna_fedbo.federation.watermark import ServerMark
 
 M = 6
@@ -280,6 +281,10 @@ def test_an_old_heartbeat_of_an_earlier_round_is_refused() -> None:
     server.announce()
     main_id = fed.storage.get_study_id_from_name(fed.name)
     old = fed.storage.get_study_system_attrs(main_id)[SERVER_KEY]  # open round 0
+    server.announce()
+    newer = fed.store.server_status()["heartbeat"]
+    fed.storage.set_study_system_attr(main_id, SERVER_KEY, old)  # the same round, but older
+    assert fed.store.server_status()["heartbeat"] == newer
     for _ in range(2):
         _upload_all(fed)
         server.step()
@@ -308,3 +313,24 @@ def test_a_round_recovered_from_the_ledger_carries_its_receipts(tmp_path, monkey
     assert set(broadcast.receipts) == {text_digest(text)[:32] for text in sent}
     assert len(broadcast.receipts) == 3  # so no participant re-sends its vector to round 1
     assert len(fed.ledger_entries()) == 1  # one release, no new noise
+
+
+def test_a_ledger_that_diverges_from_the_mark_fails_closed(tmp_path) -> None:
+    db = tmp_path / "fork.db"
+    url = f"sqlite:///{db}"
+    fed = _federation(url)
+    _publish(fed, 2)
+    shutil.copy(db, tmp_path / "backup.db")
+    _publish(fed, 2)
+    mark = ServerMark(fed).path.read_bytes()  # 4 releases
+    os.replace(tmp_path / "backup.db", db)
+    assert cli_main(["restore-ledger", "--storage", url, "--name", fed.name,
+                     "--trust-storage"]) == 0  # fmt: skip  # misused: the storage went back
+    ParticipantMark(fed).path.unlink()  # (participants would refuse: theirs are not tested)
+    _publish(Federation.load(fed.name, url), 2)  # another 2 releases on the restored branch
+    ServerMark(fed).path.write_bytes(mark)  # as many releases, but not the ones it counted
+    with pytest.raises(LedgerRollbackError, match="diverges"):
+        FederationServer(Federation.load(fed.name, url))
+    assert cli_main(["restore-ledger", "--storage", url, "--name", fed.name]) == 0
+    # 6 releases were made (2 shared, 2 + 2 on each branch): never fewer are counted.
+    assert Federation.load(fed.name, url).privacy_spent()[0] >= _epsilon(fed, 6)
