@@ -44,6 +44,7 @@ from optuna_fedbo.federation.store import FederationNotFoundError
 from optuna_fedbo.federation.store import resolve_storage
 from optuna_fedbo.federation.store import ServerSupersededError
 from optuna_fedbo.federation.trust import UntrustedRecordError
+from optuna_fedbo.federation.watermark import LedgerRollbackError
 
 #: Names re-exported from the simulation entry points, imported on first access.
 _LAZY = {
@@ -82,6 +83,7 @@ __all__ = [
     "KeyFileError",
     "LedgerEntry",
     "LedgerIntegrityError",
+    "LedgerRollbackError",
     "Lifecycle",
     "Participant",
     "ParticipantBusyError",

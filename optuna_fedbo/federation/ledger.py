@@ -176,6 +176,7 @@ class PrivacyLedger:
         self._mark: HighWaterMark | None = None
         # Entry digests by key, with the (cached, unchanged) body they were computed from.
         self._digests: dict[str, tuple[dict[str, Any], str]] = {}
+        self._memo: tuple[tuple[int, ...], Chain] | None = None  # the last chain read
 
     def guard(self, mark: HighWaterMark) -> None:
         """Check the ledger against the server's high-water mark from now on (the server).
@@ -227,8 +228,20 @@ class PrivacyLedger:
         return sorted(entries, key=lambda e: (e.n_accounted, e.accounted_at, e.round))
 
     def chain(self, entries: dict[str, dict[str, Any]] | None = None) -> Chain:
-        """The ledger (``entries``, default: those that verify) read as a hash chain."""
-        return read_chain(self._read() if entries is None else entries, self._digests)
+        """The ledger (``entries``, default: those that verify) read as a hash chain.
+
+        The entries' bodies are the store's cached objects while unchanged, so the chain is
+        computed again only when an entry was written (or changed) since the last call.
+        """
+        entries = self._read() if entries is None else entries
+        identity = tuple(map(id, entries.values()))  # the bodies stay alive in self._digests
+        with self._lock:
+            if self._memo is not None and self._memo[0] == identity:
+                return self._memo[1]
+        chain = read_chain(entries, self._digests)
+        with self._lock:
+            self._memo = (identity, chain)
+        return chain
 
     def floor(self) -> int:
         """The most releases the server's signed records (broadcasts, budget record) counted."""
