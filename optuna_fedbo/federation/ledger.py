@@ -176,7 +176,7 @@ class PrivacyLedger:
         self._mark: HighWaterMark | None = None
         # Entry digests by key, with the (cached, unchanged) body they were computed from.
         self._digests: dict[str, tuple[dict[str, Any], str]] = {}
-        self._memo: tuple[tuple[int, ...], Chain] | None = None  # the last chain read
+        self._memo: tuple[tuple[int, ...], tuple[Any, ...], Chain] | None = None  # last read
 
     def guard(self, mark: HighWaterMark) -> None:
         """Check the ledger against the server's high-water mark from now on (the server).
@@ -234,13 +234,14 @@ class PrivacyLedger:
         computed again only when an entry was written (or changed) since the last call.
         """
         entries = self._read() if entries is None else entries
-        identity = tuple(map(id, entries.values()))  # the bodies stay alive in self._digests
+        bodies = tuple(entries.values())  # held by the memo: their ids are not reused
+        identity = tuple(map(id, bodies))
         with self._lock:
             if self._memo is not None and self._memo[0] == identity:
-                return self._memo[1]
+                return self._memo[2]
         chain = read_chain(entries, self._digests)
         with self._lock:
-            self._memo = (identity, chain)
+            self._memo = (identity, bodies, chain)
         return chain
 
     def floor(self) -> int:
