@@ -137,11 +137,15 @@ class SecAggClient:
         setup = self.setup
         directory.check_bound(setup)
         adverts: dict[str, AdvertiseKeys] = {}
+        neighbours = set(setup.neighbours(self.participant))
         for advert in directory.adverts:
             advert.check_bound(setup)
             if advert.sender in adverts:
                 raise MessageRejected(f"the key directory lists {advert.sender!r} twice")
-            if not self._verify(advert.sender, advert.signed_payload(), advert.signature):
+            # Only neighbours' keys are ever used here (SecAgg+ stays O(k) per participant).
+            if advert.sender in neighbours and not self._verify(
+                advert.sender, advert.signed_payload(), advert.signature
+            ):
                 raise MessageRejected(f"the keys of {advert.sender!r} are not signed by it")
             adverts[advert.sender] = advert
         if adverts.get(self.participant) != self._own_advert:
@@ -284,15 +288,15 @@ class SecAggClient:
         self._check_survivors(request.survivors)
         if request.survivors != self._signed:
             raise MessageRejected("the unmask request's survivors differ from the list signed")
-        vouched = [
-            p
-            for p, signature in request.signatures.items()
-            if p in survivors
-            and self._verify(p, consistency_payload(setup, p, request.survivors), signature)
-        ]
-        if len(vouched) < setup.threshold:
+        vouched = 0
+        for p, signature in sorted(request.signatures.items()):
+            if vouched == setup.threshold:
+                break
+            payload = consistency_payload(setup, p, request.survivors)
+            vouched += p in survivors and self._verify(p, payload, signature)
+        if vouched < setup.threshold:
             raise MessageRejected(
-                f"only {len(vouched)} valid survivor signatures (threshold {setup.threshold})"
+                f"only {vouched} valid survivor signatures (threshold {setup.threshold})"
             )
         self_shares = {p: s for p, (s, _) in self._held.items() if p in survivors}
         key_shares = {p: k for p, (_, k) in self._held.items() if p in dropped}

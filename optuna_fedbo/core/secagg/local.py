@@ -58,6 +58,9 @@ class Identities:
 class LocalRound:
     """Measurements of one local round.
 
+    Times are CPU seconds of this process (``time.process_time``), so that other load on the
+    machine does not count.
+
     Attributes:
         result: The server's result.
         client_seconds: Per participant, the time spent in its own steps.
@@ -122,19 +125,19 @@ def run_local_round(
         for p in clients:
             if not alive(p, step):
                 continue
-            start = time.perf_counter()
+            start = time.process_time()
             message, size = _wire(call(p))
-            seconds[p] += time.perf_counter() - start
+            seconds[p] += time.process_time() - start
             sent[p] += size
-            start = time.perf_counter()
+            start = time.process_time()
             server.receive(message)
-            server_time += time.perf_counter() - start
+            server_time += time.process_time() - start
 
     def server_step(close: Callable[[], Any]) -> Any:
         nonlocal server_time
-        start = time.perf_counter()
+        start = time.process_time()
         out = close()
-        server_time += time.perf_counter() - start
+        server_time += time.process_time() - start
         return out
 
     def deliver(message: Message, to: list[str]) -> Message:
@@ -153,9 +156,9 @@ def run_local_round(
     round_trip("sign_survivors", lambda p: clients[p].sign_survivors(survivors))
     request: Any = deliver(server_step(server.unmask_request), list(server.expected()))
     round_trip("unmask", lambda p: clients[p].unmask(request))
-    start = time.perf_counter()
+    start = time.process_time()
     result = server.aggregate()
-    unmask = time.perf_counter() - start
+    unmask = time.process_time() - start
     return LocalRound(
         result=result,
         client_seconds=seconds,
