@@ -200,10 +200,14 @@ def test_messages_of_another_round_federation_or_sender_are_refused() -> None:
     ids = Identities(IDS)
     this_round = _setup(round_index=4)
     server = SecAggServer(this_round, verify=ids.verify)
-    others = (_setup(3), _setup(4, federation="other"), _setup(4, threshold=6))
-    for other in others:
+    others = {
+        "made for round 3, not 4": _setup(3),
+        "made for another federation": _setup(4, federation="other"),
+        "made for another setup of this round": _setup(4, threshold=6),
+    }
+    for message, other in others.items():
         advert = SecAggClient(other, "p0", sign=ids.signer("p0"), verify=ids.verify).advertise()
-        with pytest.raises(MessageRejected, match="round 3|another federation|another setup"):
+        with pytest.raises(MessageRejected, match=message):
             server.receive(advert)
     client = SecAggClient(this_round, "p0", sign=ids.signer("p0"), verify=ids.verify)
     advert = client.advertise()
@@ -269,3 +273,24 @@ def test_bad_setups_are_refused(kwargs: dict, message: str) -> None:
         fields["threshold"] = len(set(kwargs["participants"])) // 2 + 1
     with pytest.raises(ValueError, match=message):
         RoundSetup("fed", 1, **fields)
+
+
+@pytest.mark.parametrize(
+    ("kind", "owner", "message"),
+    [
+        ("self_mask_shares", "p1", "self-mask shares of 'p1' do not match its seed"),
+        ("mask_key_shares", "p2", "mask-key shares of 'p2' do not match its key"),
+    ],
+)
+def test_a_wrong_share_fails_the_round_instead_of_a_wrong_sum(
+    kind: str, owner: str, message: str
+) -> None:
+    state = _Round(_setup(), drop=("p2",))
+    for p in state.live:
+        response = state.clients[p].unmask(state.request)
+        if p == "p0":  # holder of index 1 of every owner: its share is always used
+            response = replace(response, **{kind: {**getattr(response, kind), owner: bytes(16)}})
+        state.server.receive(response)
+    with pytest.raises(RoundFailed, match=f"{message}; nothing is published"):
+        state.server.aggregate()
+    assert state.server.step == "failed"

@@ -26,7 +26,10 @@ term ``alpha s^2 / (2 V)`` (the divergence of ``N(0, V)`` from ``N(s, V)``) plus
 is at most ``min(((2 alpha - 1) s^2 + 6 |s|) / (4 V^2), 3 |s| / (2 V))``. (3) Summing over
 coordinates, ``sum s_i^2 <= D2^2`` and ``sum |s_i| <= D1``, and a sum of minima is at most the
 minimum of the sums. ``tests/test_secagg_skellam.py`` checks the bound against the exact Renyi
-divergence computed from the pmf (``scipy.special.ive``) for integer shifts within ``D1, D2``.
+divergence computed from the pmf (``scipy.special.ive``) for integer shifts within ``D1, D2``; at
+every point computed there (variances 0.2 to 2,000, shifts 1 to 5, orders 2 to 100) the exact
+divergence is already below the Gaussian term, so the correction is the price of the proof, and
+the bound is within 6% of the exact value from ``V = 2,000`` on.
 
 The conversion to ``(eps, delta)`` is ``dp_accounting.rdp.rdp_privacy_accountant.compute_epsilon``
 (the improved conversion of Balle et al. 2020, which ``RdpAccountant.get_epsilon`` uses) applied
