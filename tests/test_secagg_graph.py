@@ -32,17 +32,18 @@ def test_harary_graph_is_regular_symmetric_and_seeded() -> None:
 
 
 def test_connectivity_bound_is_an_upper_bound() -> None:
-    # 30 participants, degree 4, 9 removed (dropped or corrupt): simulate the removal.
-    ids = tuple(f"p{i}" for i in range(30))
+    # 20 participants, degree 4, 6 removed (dropped or corrupt): simulate the removal. The
+    # bound is not vacuous here (0.62) and the event is frequent (about 0.35).
+    ids = tuple(f"p{i}" for i in range(20))
     rng = np.random.default_rng(0)
     graph = harary_graph(ids, 4, b"x")
-    trials = 4000
+    trials = 2000
     split = sum(
-        not _connected(graph, set(ids) - set(rng.choice(ids, 9, replace=False)))
+        not _connected(graph, set(ids) - set(rng.choice(ids, 6, replace=False)))
         for _ in range(trials)
     )
-    bound = secagg_plus_failure_bounds(30, 4, 3, dropout_fraction=0.2, corrupt_fraction=0.1)
-    assert 0 < split / trials <= bound["connectivity"]
+    bound = secagg_plus_failure_bounds(20, 4, 3, dropout_fraction=0.3, corrupt_fraction=0.0)
+    assert 0.1 < split / trials <= bound["connectivity"] < 1.0
 
 
 def test_failure_bounds_at_the_chosen_degrees() -> None:
