@@ -9,8 +9,9 @@ of ``M = 100`` and ``M = 500`` numbers (DP-FTS / DP-FTS-DE) and of 41,500 number
 protocol's pooled statistics in 4-D; ``--pooled``).
 
 Reported (medians over participants and repeats): a participant's protocol CPU time (its five
-steps, excluding the wait for others) and bytes (sent plus received, JSON), the server's time for the
-whole round and for the final unmasking alone (CPU seconds). Storage round-trips are not included.
+steps, excluding the wait for others) and bytes (sent plus received, JSON), the server's time for
+the whole round and for the final unmasking alone (CPU seconds). Storage round-trips are not
+included.
 
 Usage::
 
