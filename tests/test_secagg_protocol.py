@@ -294,3 +294,49 @@ def test_a_wrong_share_fails_the_round_instead_of_a_wrong_sum(
     with pytest.raises(RoundFailed, match=f"{message}; nothing is published"):
         state.server.aggregate()
     assert state.server.step == "failed"
+
+
+def test_secagg_plus_shares_only_between_neighbours() -> None:
+    ids = tuple(f"q{i:02d}" for i in range(12))
+    ring = plan_ring(n_inputs=12, bound=1.0, step=1e-3, dimension=3)
+    setup = RoundSetup("fed", 5, ids, 7, ring, degree=4)
+    identities = Identities(ids)
+    server = SecAggServer(setup, verify=identities.verify)
+    clients = {
+        p: SecAggClient(setup, p, sign=identities.signer(p), verify=identities.verify) for p in ids
+    }
+    for c in clients.values():
+        server.receive(c.advertise())
+    directory = server.key_directory()
+    shares = {p: c.share_keys(directory) for p, c in clients.items()}
+    owner = "q00"
+    stranger = next(p for p in ids if p != owner and p not in setup.neighbours(owner))
+    assert set(shares[owner].sealed) == set(setup.neighbours(owner))
+    # The server refuses shares sealed for a non-neighbour ...
+    extra = {**shares[owner].sealed, stranger: next(iter(shares[owner].sealed.values()))}
+    with pytest.raises(MessageRejected, match="sealed shares for the wrong holders"):
+        server.receive(replace(shares[owner], sealed=extra))
+    for message in shares.values():
+        server.receive(message)
+    bundles = server.share_bundles()
+    # ... and a participant refuses a bundle carrying a non-neighbour's shares.
+    holder = setup.neighbours(owner)[0]
+    forged = {**bundles[stranger].sealed, owner: bundles[holder].sealed[owner]}
+    with pytest.raises(MessageRejected, match="shares of 'q00', not a neighbour"):
+        clients[stranger].mask_input(
+            replace(bundles[stranger], sealed=forged), encode(np.zeros(3), ring)
+        )
+
+
+def test_malformed_or_mislabelled_records_are_refused() -> None:
+    state = _Round(_setup(), drop=("p2",))
+    record = state.request.to_dict()
+    assert message_from_dict(record) == state.request
+    with pytest.raises(MessageRejected, match="unknown secure-aggregation message kind"):
+        message_from_dict({**record, "kind": "secagg-other"})
+    with pytest.raises(MessageRejected, match="must have exactly"):
+        message_from_dict({**record, "extra": 1})
+    with pytest.raises(MessageRejected, match="not a list of participant ids"):
+        message_from_dict({**record, "survivors": "p0"})
+    with pytest.raises(MessageRejected, match="not valid base64"):
+        message_from_dict({**record, "signatures": {"p0": "***"}})
