@@ -24,6 +24,8 @@ from optuna_fedbo.federation.fts import Broadcast
 from optuna_fedbo.federation.fts import FTSConfig
 from optuna_fedbo.federation.fts import FTSServer
 from optuna_fedbo.federation.fts import presets
+from optuna_fedbo.federation.key_folder import delete_federation
+from optuna_fedbo.federation.key_folder import list_federations
 from optuna_fedbo.federation.keys import import_credential
 from optuna_fedbo.federation.keys import KeyFileError
 from optuna_fedbo.federation.keys import ParticipantKey
@@ -98,8 +100,10 @@ __all__ = [
     "ServerSupersededError",
     "SimulationResult",
     "UntrustedRecordError",
+    "delete_federation",
     "get_protocol",
     "import_credential",
+    "list_federations",
     "presets",
     "register_protocol",
     "resolve_storage",

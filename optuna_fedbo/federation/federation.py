@@ -18,7 +18,6 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.exceptions import DuplicatedStudyError
 from optuna.storages import BaseStorage
-from optuna.storages import InMemoryStorage
 
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.config import FederationConfig
@@ -37,6 +36,7 @@ from optuna_fedbo.federation.lifecycle import FederationSummary
 from optuna_fedbo.federation.lifecycle import Lifecycle
 from optuna_fedbo.federation.lifecycle import read_lifecycle
 from optuna_fedbo.federation.lifecycle import summarize
+from optuna_fedbo.federation.location import persists_keys
 from optuna_fedbo.federation.pinning import lost_message
 from optuna_fedbo.federation.pinning import pin_joined
 from optuna_fedbo.federation.pinning import verify_stored_config
@@ -285,10 +285,10 @@ class Federation:
         trust = Trust(server_keys.identity, config.hash, server_keys)
         pin_path = pin_joined(store, trust, key_dir)
         key_path = None
-        if isinstance(store.storage, InMemoryStorage):
-            remember(server_keys.identity.federation_id, None, server_keys)
-        else:
+        if persists_keys(store.storage):
             key_path = server_keys.save(key_dir)
+        else:
+            remember(server_keys.identity.federation_id, None, server_keys)
         text = config.to_json()
         try:
             store.create(text, config.hash, trust.sign_config(text))
@@ -673,7 +673,7 @@ class Federation:
             key = find_participant_key(self.federation_id, client_id, self._key_dir)
             if key is None:
                 key = ParticipantKey.generate(self.federation_id, client_id, self.fingerprint)
-                if isinstance(self._store.storage, InMemoryStorage):
+                if not persists_keys(self._store.storage):
                     remember(self.federation_id, client_id, key)
                 else:
                     try:
