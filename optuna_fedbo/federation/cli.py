@@ -16,6 +16,12 @@ fingerprint and one credential per participant::
     optuna-fedbo enroll --storage URL --name svm --client-id site-3 --out site-3.cred
     optuna-fedbo import-credential site-3.cred        # on site 3's machine
 
+The federations this machine holds keys of, and deleting one with its keys (see
+:mod:`.cli_keys`)::
+
+    optuna-fedbo list
+    optuna-fedbo delete svm --storage URL
+
 Differential privacy (DP-FTS-DE): ``--preset dp-fts-de`` (protocol and privacy), or
 ``--privacy-preset dp-fts-de`` (the paper's ``z = 1``,
 ``q = 0.35``, ``S = 22``, moments accountant) and/or ``--privacy '{"noise_multiplier": 1.0,
@@ -40,6 +46,9 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.distributions import json_to_distribution
 
+from optuna_fedbo.federation.cli_keys import add_key_commands
+from optuna_fedbo.federation.cli_keys import run_delete
+from optuna_fedbo.federation.cli_keys import run_list
 from optuna_fedbo.federation.config import ProtocolConfig
 from optuna_fedbo.federation.dp_config import DPConfig
 from optuna_fedbo.federation.federation import Federation
@@ -284,6 +293,7 @@ def _parser() -> argparse.ArgumentParser:
         help="Rebuild a lost high-water mark from the storage's ledger as it is.",
     )
     _add_trust_commands(commands)
+    add_key_commands(commands, _add_keys)
     return parser
 
 
@@ -528,6 +538,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "import-credential": _import_credential,
         "keygen": _keygen,
         "restore-ledger": _restore_ledger,
+        "list": run_list,
+        "delete": run_delete,
     }
     try:
         if getattr(args, "insecure_noise_seed", None) is not None:
