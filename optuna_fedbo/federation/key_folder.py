@@ -22,6 +22,7 @@ another federation.
 from __future__ import annotations
 
 from collections.abc import Iterator
+import contextlib
 from dataclasses import dataclass
 from dataclasses import field
 import json
@@ -221,7 +222,8 @@ class Deletion:
         return f"federation {self.name!r}: {studies}, {keys}"
 
     def run(self) -> None:
-        """Delete the studies (the main study last), then the files (the pins last)."""
+        """Delete the studies (the main study last), then the files (the pins last) and the
+        folders they leave empty."""
         if self.storage is not None:
             order = sorted(self.studies, key=lambda s: (s == self.name, s))
             for study in order:
@@ -235,6 +237,9 @@ class Deletion:
                 shutil.rmtree(path)
             else:
                 path.unlink(missing_ok=True)
+        for folder in {path.parent for path in self.files}:
+            with contextlib.suppress(OSError):  # not empty: other federations' files
+                folder.rmdir()
         if self.federation_id is not None:
             forget(self.federation_id)
 

@@ -52,13 +52,15 @@ class Lifecycle:
         n_clients: Registered participants ``N``.
         roster: Ids of the participants that joined, by index.
         states: Lifecycle state by participant id (participants never seen are absent).
-        problems: Why rounds are not (or cannot be) published.
+        problems: Why rounds are not (or cannot be) published (none once it has ended).
+        server_stopped: Why the server stopped, if its last heartbeat says it did.
     """
 
     n_clients: int
     roster: tuple[str, ...]
     states: dict[str, ParticipantState]
     problems: tuple[Problem, ...]
+    server_stopped: str | None = None
 
     @property
     def ended(self) -> bool:
@@ -79,8 +81,22 @@ class Lifecycle:
             },
             "not_joined": self.n_clients - len(self.roster),
             "ended": self.ended,
+            "server_stopped": self.server_stopped,
             "problems": [p.text for p in self.problems],
         }
+
+    def _ending(self) -> str:
+        """How it ended: who finished, who was lost, whether the server stopped."""
+        lost = [c for c in self.roster if self.states[c].status == "lost"]
+        who = (
+            f"{', '.join(lost)} lost, the others finished"
+            if lost
+            else "every participant finished"
+        )
+        server = (
+            "" if self.server_stopped is None else f"; the server stopped ({self.server_stopped})"
+        )
+        return f"finished: {who}{server}"
 
     def format(self) -> str:
         """Participants (one line each) and problems, for ``status``."""
@@ -98,7 +114,7 @@ class Lifecycle:
         not_joined = self.n_clients - len(self.roster)
         if not_joined:
             lines.append(f"  ({not_joined} not joined yet)")
-        out = ["lifecycle" + ("      ended: every participant finished" if self.ended else "")]
+        out = ["lifecycle" + (f"      {self._ending()}" if self.ended else "")]
         out += lines
         for problem in self.problems:
             out.append(f"problem        {problem.text}")
@@ -115,6 +131,9 @@ def read_lifecycle(federation: Federation) -> Lifecycle:
     states = LeaseBook(federation.store).states()
     server = federation.store.server_status()
     n = federation.n_clients
+    stopped = None if server is None else server.get("stopped")
+    if Lifecycle(n, roster, states, ()).ended:  # nothing is left to publish: no problem
+        return Lifecycle(n, roster, states, (), None if stopped is None else str(stopped))
     problems: list[Problem] = []
     serve_hint = f"`optuna-fedbo serve --storage URL --name {federation.name}`"
     if server is None:
@@ -165,7 +184,7 @@ def read_lifecycle(federation: Federation) -> Lifecycle:
                         "with a smaller --min-uploads)",
                     )
                 )
-    return Lifecycle(n_clients=n, roster=roster, states=states, problems=tuple(problems))
+    return Lifecycle(n, roster, states, tuple(problems), None if stopped is None else str(stopped))
 
 
 @dataclass(frozen=True)
