@@ -23,6 +23,8 @@ import pytest
 import optuna_fedbo as fb
 from optuna_fedbo.federation import cli_keys
 from optuna_fedbo.federation.cli import main as cli_main
+from optuna_fedbo.federation.fts.presets import PRESETS
+from optuna_fedbo.federation.fts.presets import PRIVACY_PRESETS
 from optuna_fedbo.federation.key_folder import federation_files
 from optuna_fedbo.federation.keys import ServerKeys
 from optuna_fedbo.federation.location import persists_keys
@@ -260,6 +262,15 @@ def test_a_test_session_leaves_no_key_folder_in_the_temp_dir(tmp_path) -> None:
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     assert "1 passed" in run.stdout and list(temp.iterdir()) == []
+
+
+def test_the_readme_lists_every_preset_and_the_key_commands() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("`create --preset` takes") :]
+    section = section[: section.index("\n\n")]
+    assert all(f"`{name}`" in section for name in [*PRESETS, *PRIVACY_PRESETS])
+    assert all(hasattr(fb.presets, name.replace("-", "_")) for name in PRESETS)
+    assert "optuna-fedbo list" in text and "optuna-fedbo delete svm-tuning --storage" in text
 
 
 def test_only_storages_that_outlive_the_process_persist_keys(tmp_path) -> None:
