@@ -103,19 +103,27 @@ def test_delete_removes_the_federation_and_its_keys_and_nothing_else(tmp_path) -
     doomed = _federation(url, keys, ("a", "b"))
     other = _federation(url, keys, ("a",))
     optuna.create_study(study_name="site-a", storage=url).optimize(_objective, n_trials=1)
-    before = _files(keys)
+    # What other writers keep beside the keys (marks, epoch pins) follows the layout's rule.
+    server_file = ServerKeys.path(doomed.federation_id, keys)
+    server_file.with_suffix(".mark").write_text("{}")
+    (server_file.parent / f"{doomed.federation_id}.epochs").mkdir()
+    (server_file.parent / f"{doomed.federation_id}.epochs" / "3").write_text("")
+    (keys / "participants" / doomed.federation_id / "ledger.mark").write_text("{}")
+    before, studies = _files(keys), set(optuna.get_all_study_names(url))
     deletion = fb.delete_federation(doomed.name, url, key_dir=keys)
 
-    names = optuna.get_all_study_names(url)
-    assert not [n for n in names if n.startswith(doomed.name)]
-    assert sorted(deletion.studies) == sorted(
-        n for n in {*names, *deletion.studies} if n.startswith(doomed.name)
-    )
+    names = set(optuna.get_all_study_names(url))
+    assert studies - names == set(deletion.studies)
+    assert {doomed.name, f"{doomed.name}:fedbo:participants"} <= set(deletion.studies)
     assert "site-a" in names and other.name in names  # the site's and another federation's
     removed = before - _files(keys)
-    assert removed and all(doomed.federation_id in p or p.startswith("joined") for p in removed)
+    assert all(doomed.federation_id in p or p.startswith("joined") for p in removed)
+    assert f"servers/{doomed.federation_id}.epochs/3" in removed
+    assert f"participants/{doomed.federation_id}/ledger.mark" in removed
+    assert not [p for p in _files(keys) if doomed.federation_id in p]
+    assert len([p for p in removed if p.startswith("joined/")]) == 1
     assert not federation_files(doomed.federation_id, keys)
-    assert fb.list_federations(keys)[0].federation_id == other.federation_id
+    assert [e.federation_id for e in fb.list_federations(keys)] == [other.federation_id]
     assert fb.Federation.load(other.name, url, key_dir=keys).is_operator  # untouched
     # A federation of that name can be made there anew (no pin refuses it).
     assert fb.Federation.create(doomed.name, search_space=SPACE, n_clients=2, storage=url,
