@@ -77,13 +77,16 @@ def test_list_names_each_federation_its_keys_and_whether_its_storage_has_it(
     emptied = _federation(f"sqlite:///{tmp_path / 'emptied.db'}", keys)
     (tmp_path / "gone.db").unlink()
     optuna.delete_study(study_name=emptied.name, storage=f"sqlite:///{tmp_path / 'emptied.db'}")
+    beside = ServerKeys.path(kept.federation_id, keys).with_suffix(".releases.json")
+    beside.write_text("{}")  # a file another writer keeps beside the server's keys
     entries = {e.name: e for e in fb.list_federations(keys)}
-    assert set(entries) == {kept.name, gone.name, emptied.name}
+    assert len(entries) == 3 and set(entries) == {kept.name, gone.name, emptied.name}
     first = entries[kept.name]
     assert (first.federation_id, first.fingerprint) == (kept.federation_id, kept.fingerprint)
     assert first.server and first.participants == ["a", "b"] and not first.orphaned
     assert first.storages == {f"sqlite:{os.path.realpath(tmp_path / 'kept.db')}": "present"}
-    assert first.files == federation_files(kept.federation_id, keys) and len(first.files) == 3
+    assert first.files == federation_files(kept.federation_id, keys) and len(first.files) == 4
+    assert beside in first.files
     assert list(entries[gone.name].storages.values()) == ["missing"]
     assert list(entries[emptied.name].storages.values()) == ["no federation"]
     assert entries[gone.name].orphaned and entries[emptied.name].orphaned
@@ -91,7 +94,7 @@ def test_list_names_each_federation_its_keys_and_whether_its_storage_has_it(
     assert cli_main(["list", "--key-dir", str(keys)]) == 0
     out = capsys.readouterr().out
     assert f"{kept.name}  id {kept.federation_id}  fingerprint {kept.fingerprint[:16]}" in out
-    assert "keys: server, site a, site b  (3 files)" in out
+    assert "keys: server, site a, site b  (4 files)" in out
     hint = f"optuna-fedbo delete {gone.name} --storage sqlite:///{tmp_path / 'gone.db'}"
     assert out.count("ORPHANED") == 2 and hint in out
     assert cli_main(["list", "--key-dir", str(tmp_path / "none")]) == 0

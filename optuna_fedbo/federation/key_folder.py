@@ -148,6 +148,8 @@ def list_federations(key_dir: KeyDir = None) -> list[KeyFolderEntry]:
         return entries.setdefault(federation_id, KeyFolderEntry(federation_id))
 
     for path in sorted((home / "servers").glob("*.json")):
+        if "." in path.stem:  # another file beside a server's keys, not its key file
+            continue
         item = entry(path.stem)
         item.server = True
         try:
@@ -165,7 +167,6 @@ def list_federations(key_dir: KeyDir = None) -> list[KeyFolderEntry]:
                 if record.get("type") != PARTICIPANT_KEY_TYPE:
                     raise ValueError("not a credential")
                 item.participants.append(str(record.get("client_id")))
-                item.participants.sort()
                 item.name = item.name or record.get("federation")
                 item.fingerprint = item.fingerprint or record.get("server_fingerprint")
             except (OSError, ValueError) as error:
@@ -181,6 +182,7 @@ def list_federations(key_dir: KeyDir = None) -> list[KeyFolderEntry]:
         if isinstance(location, str) and isinstance(name, str):
             item.storages[location] = storage_state(location, name)
     for item in entries.values():
+        item.participants.sort()
         if not item.files:
             item.files = federation_files(item.federation_id, home)
     return sorted(entries.values(), key=lambda e: (e.name or "", e.federation_id))
