@@ -241,6 +241,16 @@ def test_status_after_a_clean_finish_says_it_finished(tmp_path, capsys) -> None:
     assert record["problems"] == [] and record["server_stopped"] == "serve ended"
 
 
+def test_a_federation_that_ended_without_ever_a_server_still_says_so(tmp_path) -> None:
+    fed = fb.Federation.create(
+        "serverless", search_space=SPACE, n_clients=1, storage=f"sqlite:///{tmp_path / 'n.db'}",
+        protocol=PROTOCOL,
+    )  # fmt: skip
+    fb.FedSampler(fed, client_id="a", seed=0, lease_ttl=30.0).finish()
+    lifecycle = fed.lifecycle()
+    assert lifecycle.ended and [p.kind for p in lifecycle.problems] == ["no-server"]
+
+
 def test_the_main_jobs_federations_leave_the_key_folder_unchanged(tmp_path, monkeypatch) -> None:
     home = tmp_path / "home"
     (home / "servers").mkdir(parents=True)

@@ -52,7 +52,8 @@ class Lifecycle:
         n_clients: Registered participants ``N``.
         roster: Ids of the participants that joined, by index.
         states: Lifecycle state by participant id (participants never seen are absent).
-        problems: Why rounds are not (or cannot be) published (none once it has ended).
+        problems: Why rounds are not (or cannot be) published (once every participant has
+            ended, only that no server was ever seen).
         server_stopped: Why the server stopped, if its last heartbeat says it did.
     """
 
@@ -132,8 +133,7 @@ def read_lifecycle(federation: Federation) -> Lifecycle:
     server = federation.store.server_status()
     n = federation.n_clients
     stopped = None if server is None else server.get("stopped")
-    if Lifecycle(n, roster, states, ()).ended:  # nothing is left to publish: no problem
-        return Lifecycle(n, roster, states, (), None if stopped is None else str(stopped))
+    ended = Lifecycle(n, roster, states, ()).ended
     problems: list[Problem] = []
     serve_hint = f"`optuna-fedbo serve --storage URL --name {federation.name}`"
     if server is None:
@@ -144,7 +144,7 @@ def read_lifecycle(federation: Federation) -> Lifecycle:
                 f"storage and no round is published until one runs ({serve_hint})",
             )
         )
-    else:
+    elif not ended:  # once every participant has ended, the server stopping is no problem
         age = server_age(server)
         interval = float(server.get("heartbeat_interval", 5.0))
         stale = max(SERVER_STALE_INTERVALS * interval, SERVER_STALE_MIN_SECONDS)
