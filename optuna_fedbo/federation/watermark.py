@@ -36,14 +36,13 @@ import time
 from typing import Any
 from typing import TYPE_CHECKING
 
-from optuna.storages import InMemoryStorage
-
 from optuna_fedbo.federation._chain import Chain
 from optuna_fedbo.federation._chain import LedgerHead
 from optuna_fedbo.federation._chain import LedgerIntegrityError
 from optuna_fedbo.federation.keys import key_home
 from optuna_fedbo.federation.keys import ServerKeys
 from optuna_fedbo.federation.ledger import LedgerEntry
+from optuna_fedbo.federation.location import persists_keys
 from optuna_fedbo.federation.trust import UntrustedRecordError
 
 if TYPE_CHECKING:
@@ -169,7 +168,7 @@ class ServerMark:
         self._federation = federation
         self._name = federation.name
         self._trust = federation.trust
-        self._memory = isinstance(federation.storage, InMemoryStorage)
+        self._memory = not persists_keys(federation.storage)
         self.path = ServerKeys.path(federation.federation_id, federation.key_dir).with_suffix(
             ".mark"
         )
@@ -419,7 +418,7 @@ class ParticipantMark:
     def __init__(self, federation: Federation) -> None:
         self._federation_id = federation.federation_id
         self._name = federation.name
-        self._memory = isinstance(federation.storage, InMemoryStorage)
+        self._memory = not persists_keys(federation.storage)
         self.path = (
             key_home(federation.key_dir) / "participants" / self._federation_id / "ledger.mark"
         )
