@@ -152,6 +152,28 @@ def test_a_forged_broadcast_and_pointer_are_ignored_by_participants(caplog) -> N
     assert restarted.open_round == 1
 
 
+def test_an_older_genuine_pointer_written_back_is_refused_with_a_warning(caplog) -> None:
+    """A process that saw round 1's pointer never goes back to round 0's, though it verifies."""
+    fed = _federation(privacy=None)
+    server = _published_rounds(fed, 1)
+    main_id = fed.storage.get_study_id_from_name(fed.name)
+    old_pointer = fed.storage.get_study_system_attrs(main_id)[LATEST_KEY]
+    participant = Federation.load(fed.name, fed.storage)
+    assert participant.open_round() == 1
+    _upload_all(fed)
+    assert server.step().round == 1
+    assert participant.open_round() == 2 and participant.latest_broadcast().round == 1
+    fed.storage.set_study_system_attr(main_id, LATEST_KEY, old_pointer)  # signed, but older
+    assert participant.store.trust.verify("latest", old_pointer)["round"] == 0
+    with caplog.at_level(logging.WARNING):
+        assert participant.open_round() == 2
+        assert participant.latest_broadcast().round == 1
+        assert participant.open_round() == 2
+    messages = [r.getMessage() for r in caplog.records]
+    warnings = [m for m in messages if "points back to round 0" in m]
+    assert len(warnings) == 1 and "older than round 1" in warnings[0]  # once, with the reason
+
+
 def test_a_forged_budget_flag_is_ignored_and_the_server_keeps_publishing(caplog) -> None:
     fed = _federation(privacy=DPConfig(1.0, 1.0, 5.0, epsilon_budget=100.0))
     server = _published_rounds(fed, 1)
