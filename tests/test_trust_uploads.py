@@ -33,6 +33,7 @@ from optuna_fedbo.federation.keys import ParticipantKey
 from optuna_fedbo.federation.keys import ServerKeys
 from optuna_fedbo.federation.trust import _SUITE
 from optuna_fedbo.federation.trust import MAX_UPLOAD_CHARS
+from optuna_fedbo.federation.trust import Trust
 
 M = 6
 SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
@@ -192,6 +193,54 @@ def test_forged_copied_and_oversized_uploads_are_rejected(attack: str, caplog) -
     assert reason in _reasons(caplog)
     report = server.step(force=True)
     assert report.contributors == ("c0",) and reason in dict(report.rejected)["c1"]
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        pytest.param(lambda e: {**e, "v": 2}, id="unknown format"),
+        pytest.param(lambda e: {**e, "counter": float(e["counter"])}, id="float counter"),
+        pytest.param(lambda e: {**e, "counter": True}, id="bool counter"),
+        pytest.param(lambda e: {**e, "round": 0.0}, id="float round"),
+        pytest.param(lambda e: [e], id="not an object"),
+    ],
+)
+def test_a_genuine_upload_with_a_rewritten_envelope_is_rejected(tamper, caplog) -> None:
+    """The envelope's format, round and counter fields are not covered by the signature as
+    such (the counter is signed as an integer): a rewritten one is refused, never coerced."""
+    fed = _federation()
+    server = FederationServer(fed)
+    fed.upload("c0", _omega(0), n_observations=3, iteration=0)
+    fed.upload("c1", _omega(1), n_observations=3, iteration=0)
+    envelope = json.loads(fed.store.read_uploads(0)["c1"])
+    fed.store.write_upload(0, "c1", json.dumps(tamper(envelope)))
+    report = server.step(force=True)
+    assert report.contributors == ("c0",)
+    assert "not a sealed upload" in dict(report.rejected)["c1"]
+
+
+def test_an_upload_sealed_for_another_configuration_is_rejected() -> None:
+    """Same federation, same keys, another configuration hash: the binding refuses it."""
+    fed = _federation()
+    server = FederationServer(fed)
+    fed.upload("c0", _omega(0), n_observations=3, iteration=0)
+    other = Trust(fed.trust.identity, "0" * 64, fed.trust.server_keys)
+    text = other.seal_upload(fed._participant_key("c1"), 0, 1, _payload(fed, "c1"))
+    fed.store.write_upload(0, "c1", text)
+    report = server.step(force=True)
+    assert report.contributors == ("c0",)
+    assert "not signed by the enrolled key" in dict(report.rejected)["c1"]
+    with pytest.raises(UploadRejected):
+        fed.trust.open_upload(
+            text, client_id="c1", public_key=fed.public_key_of("c1"), round_index=0
+        )
+
+
+def test_trust_refuses_server_keys_of_another_identity() -> None:
+    fed = _federation()
+    with pytest.raises(ValueError, match="do not belong"):
+        Trust(fed.trust.identity, fed.config_hash, ServerKeys.generate())
+    assert Trust(fed.trust.identity, fed.config_hash, fed.trust.server_keys).server_keys
 
 
 def test_an_older_upload_of_the_same_round_is_a_replay(caplog) -> None:
