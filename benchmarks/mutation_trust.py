@@ -138,7 +138,9 @@ def _matches(name: str, module: Module) -> bool:
     return any(fnmatchcase(name, pattern) for pattern in module.patterns())
 
 
-def run_module(module: Module, settings: dict, max_children: int, keep: bool) -> Outcome:
+def run_module(
+    module: Module, settings: dict, equivalent: dict[str, str], max_children: int, keep: bool
+) -> Outcome:
     """Mutate one module, run its tests against every mutant, collect the verdicts."""
     workdir = Path(tempfile.mkdtemp(prefix="fedbo-mutation-"))
     start = time.monotonic()
@@ -155,7 +157,7 @@ def run_module(module: Module, settings: dict, max_children: int, keep: bool) ->
         diffs = {
             name: _mutmut(workdir, "show", name, check=False)
             for name, verdict in verdicts.items()
-            if verdict in UNDETECTED
+            if verdict in UNDETECTED and name not in equivalent
         }
         return Outcome(module, verdicts, diffs, time.monotonic() - start)
     finally:
@@ -243,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     outcomes = []
     for module in present:
         print(f"mutating {module.path} against {' '.join(module.tests)} ...", flush=True)
-        outcomes.append(run_module(module, settings, args.max_children, args.keep))
+        outcomes.append(run_module(module, settings, equivalent, args.max_children, args.keep))
     return 0 if report(outcomes, equivalent) else 1
 
 

@@ -219,6 +219,22 @@ def test_a_genuine_upload_with_a_rewritten_envelope_is_rejected(tamper, caplog) 
     assert "not a sealed upload" in dict(report.rejected)["c1"]
 
 
+def test_the_size_bound_is_inclusive() -> None:
+    """An envelope of exactly ``MAX_UPLOAD_CHARS`` is within the bound (then judged on its
+    content); one character more is refused for its size alone."""
+    fed = _federation()
+    genuine = fed.trust.seal_upload(fed._participant_key("c0"), 0, 1, _payload(fed, "c0"))
+    envelope = json.loads(genuine)
+    padding = MAX_UPLOAD_CHARS - len(json.dumps({**envelope, "pad": ""}))
+    at_bound = json.dumps({**envelope, "pad": "x" * padding})
+    assert len(at_bound) == MAX_UPLOAD_CHARS
+    key = fed.public_key_of("c0")
+    counter, _, _ = fed.trust.check_upload(at_bound, client_id="c0", public_key=key, round_index=0)
+    assert counter == 1
+    with pytest.raises(UploadRejected, match="oversized"):
+        fed.trust.check_upload(at_bound + " ", client_id="c0", public_key=key, round_index=0)
+
+
 def test_an_upload_sealed_for_another_configuration_is_rejected() -> None:
     """Same federation, same keys, another configuration hash: the binding refuses it."""
     fed = _federation()
