@@ -11,7 +11,8 @@ Each module runs in a fresh copy of the repository in a temporary directory (mut
 takes minutes per module (``--max-children`` processes). Examples::
 
     python benchmarks/mutation_trust.py                    # every module that exists
-    python benchmarks/mutation_trust.py trust.py keys.py   # only these (substring of the path)
+    python benchmarks/mutation_trust.py trust.py keys.py   # only these (substring of the path
+                                                           # or label)
     python benchmarks/mutation_trust.py --list             # modules and their tests
 
 Exit status: 0 when every non-equivalent mutant was killed, 1 otherwise, 2 on a bad argument.
@@ -50,6 +51,11 @@ class Module:
     tests: tuple[str, ...]
     functions: tuple[str, ...] = ()
     select: str | None = None
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.label or self.path
 
     @property
     def dotted(self) -> str:
@@ -86,6 +92,7 @@ def load_config(path: Path = CONFIG) -> tuple[dict, list[Module], dict[str, str]
             tests=tuple(entry["tests"]),
             functions=tuple(entry.get("functions", ())),
             select=entry.get("select"),
+            label=entry.get("label", ""),
         )
         for entry in config.get("module", [])
     ]
@@ -183,7 +190,7 @@ def report(outcomes: list[Outcome], equivalent: dict[str, str]) -> bool:
         total_counted += considered
         score = 100.0 * detected / considered if considered else 100.0
         print(
-            f"\n{outcome.module.path}: {detected}/{considered} killed ({score:.1f}%), "
+            f"\n{outcome.module.name}: {detected}/{considered} killed ({score:.1f}%), "
             f"{len(survivors)} surviving, {len(judged)} equivalent, "
             f"{len(other)} not run ({outcome.seconds / 60:.1f} min)"
         )
@@ -203,7 +210,7 @@ def report(outcomes: list[Outcome], equivalent: dict[str, str]) -> bool:
     stale = sorted(
         name
         for name in equivalent
-        if any(name.startswith(o.module.dotted + ".") for o in outcomes)
+        if any(_matches(name, o.module) for o in outcomes)
         and not any(name in o.verdicts for o in outcomes)
     )
     for name in stale:
@@ -218,7 +225,7 @@ def report(outcomes: list[Outcome], equivalent: dict[str, str]) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("only", nargs="*", help="substrings of the module paths to run")
+    parser.add_argument("only", nargs="*", help="substrings of the module paths or labels to run")
     parser.add_argument("--max-children", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     parser.add_argument("--list", action="store_true", help="list the modules and exit")
     parser.add_argument("--keep", action="store_true", help="keep the working copies")
@@ -227,15 +234,15 @@ def main(argv: list[str] | None = None) -> int:
     missing = [m for m in modules if not (ROOT / m.path).exists()]
     present = [m for m in modules if (ROOT / m.path).exists()]
     if args.only:
-        unknown = [o for o in args.only if not any(o in m.path for m in modules)]
+        unknown = [o for o in args.only if not any(o in m.name for m in modules)]
         if unknown:
             print(f"error: no configured module matches {unknown} (see --list)", file=sys.stderr)
             return 2
-        present = [m for m in present if any(o in m.path for o in args.only)]
+        present = [m for m in present if any(o in m.name for o in args.only)]
     if args.list:
         for m in modules:
             state = "" if (ROOT / m.path).exists() else "  (not landed yet: skipped)"
-            print(f"{m.path}{state}\n    tests: {' '.join(m.tests)}")
+            print(f"{m.name}{state}\n    tests: {' '.join(m.tests)}")
         return 0
     for m in missing:
         print(f"skipped (not landed yet): {m.path}")
@@ -244,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     outcomes = []
     for module in present:
-        print(f"mutating {module.path} against {' '.join(module.tests)} ...", flush=True)
+        print(f"mutating {module.name} against {' '.join(module.tests)} ...", flush=True)
         outcomes.append(run_module(module, settings, equivalent, args.max_children, args.keep))
     return 0 if report(outcomes, equivalent) else 1
 
