@@ -23,6 +23,7 @@ from optuna_fedbo.federation.keys import check_fingerprint
 from optuna_fedbo.federation.keys import find_server_keys
 from optuna_fedbo.federation.keys import KeyFileError
 from optuna_fedbo.federation.keys import ParticipantKey
+from optuna_fedbo.federation.keys import ServerIdentity
 from optuna_fedbo.federation.keys import ServerKeys
 from optuna_fedbo.federation.store import CONFIG_KEY
 from optuna_fedbo.federation.store import ENROLLMENT_KEY
@@ -313,3 +314,19 @@ def test_a_fingerprint_is_read_in_any_printed_form_and_nothing_else() -> None:
     for bad in (fp[:-1], fp + "0", f"{fp}sha256:", "g" * 64, f"md5:{fp}", 64):
         with pytest.raises(ValueError):
             check_fingerprint(bad)
+
+
+def test_a_malformed_server_identity_is_refused() -> None:
+    good = ServerKeys.generate().identity.to_dict()
+    assert ServerIdentity.from_dict(good).to_dict() == good
+    for bad in (
+        {**good, "extra": "x"},
+        {k: v for k, v in good.items() if k != "seal"},
+        {**good, "id": "short"},
+        {**good, "id": "x" * 65},
+        {**good, "id": 12345678},
+        {**good, "sign": good["seal"][:-4]},
+        [good],
+    ):
+        with pytest.raises(ValueError, match="malformed|bytes|base64"):
+            ServerIdentity.from_dict(bad)
