@@ -319,10 +319,12 @@ def test_a_fingerprint_is_read_in_any_printed_form_and_nothing_else() -> None:
 def test_a_malformed_server_identity_is_refused() -> None:
     good = ServerKeys.generate().identity.to_dict()
     assert ServerIdentity.from_dict(good).to_dict() == good
+    for length in (8, 64):  # the bounds of a federation id, both inclusive
+        assert ServerIdentity.from_dict({**good, "id": "f" * length}).federation_id == "f" * length
     for bad in (
         {**good, "extra": "x"},
         {k: v for k, v in good.items() if k != "seal"},
-        {**good, "id": "short"},
+        {**good, "id": "f" * 7},
         {**good, "id": "x" * 65},
         {**good, "id": 12345678},
         {**good, "sign": good["seal"][:-4]},
