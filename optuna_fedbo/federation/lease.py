@@ -306,14 +306,33 @@ class LeaseBook:
             trial_seconds=private.get("trial_seconds"),
         )
 
+    def _read(self, client_id: str, text: Any) -> bool:
+        """Verify and keep a record read from the leases study; whether it is the newest."""
+        record = self._verify(client_id, text)
+        if record is None:
+            return False
+        self._observe(record, time.time())
+        with self._lock:
+            return self._tracks[client_id].record.mark == record.mark
+
     def states(self) -> dict[str, ParticipantState]:
         """Every participant's lifecycle state, by id, from the newest verified records
-        (participants never seen are absent)."""
-        now = time.time()
+        (participants never seen are absent).
+
+        A participant whose record in the leases study does not verify or is older than one
+        seen before (overwritten by someone else) is looked up in its epoch's study.
+        """
+        roster = set(self.federation.participants())
         for client_id, text in self.records().items():
-            record = self._verify(client_id, text)
-            if record is not None:
-                self._observe(record, now)
+            if client_id not in roster:
+                self.store.warn_once(
+                    "lease:not-enrolled",
+                    f"Ignoring lease records of ids not enrolled in federation {self.name!r} "
+                    f"(e.g. {client_id!r}).",
+                )
+            elif not self._read(client_id, text):
+                self._scan_epochs(client_id)
+        now = time.time()
         with self._lock:
             newest = [t.record for t in self._tracks.values()]
         return {r.client_id: self.state_of(r, now) for r in newest}
@@ -344,28 +363,32 @@ class LeaseBook:
             wait: Seconds to wait for the record of the highest epoch's study if it has none
                 yet (its claimer writes it right after creating the study).
         """
-        now = time.time()
         text = self.records().get(client_id)
         if text is not None:
-            record = self._verify(client_id, text)
-            if record is not None:
-                self._observe(record, now)
-        with self._lock:
-            track = self._tracks.get(client_id)
-            epoch = 1 if track is None else max(track.record.epoch, 1)
-        top = 0
-        while (attrs := self._epoch_attrs(client_id, epoch)) is not None:
-            top = epoch
-            value = attrs.get(EPOCH_RECORD_KEY)
-            if value is None and wait > 0 and self._epoch_attrs(client_id, epoch + 1) is None:
-                value = self._await_record(client_id, epoch, wait)
-            record = None if value is None else self._verify(client_id, value)
-            if record is not None and record.epoch == epoch:
-                self._observe(record, time.time())
-            epoch += 1
+            self._read(client_id, text)
+        top = self._scan_epochs(client_id, wait)
         with self._lock:
             track = self._tracks.get(client_id)
         return (None if track is None else track.record), top
+
+    def _scan_epochs(self, client_id: str, wait: float = 0.0) -> int:
+        """Read the epoch studies from the newest known epoch on; the highest that exists."""
+        with self._lock:
+            track = self._tracks.get(client_id)
+            epoch = 1 if track is None else max(track.record.epoch, 1)
+        start, top = epoch, 0
+        while (attrs := self._epoch_attrs(client_id, epoch)) is not None or epoch == start:
+            epoch += 1
+            if attrs is None:
+                continue  # the known epoch's study is gone (deleted): look on
+            top = epoch - 1
+            value = attrs.get(EPOCH_RECORD_KEY)
+            if value is None and wait > 0 and self._epoch_attrs(client_id, top + 1) is None:
+                value = self._await_record(client_id, top, wait)
+            record = None if value is None else self._verify(client_id, value)
+            if record is not None and record.epoch == top:
+                self._observe(record, time.time())
+        return top
 
     def departed(self, client_id: str) -> bool:
         """Whether the participant has departed beyond doubt (for ending ``serve``).
