@@ -123,7 +123,7 @@ def test_a_forged_trial_duration_does_not_stall_rounds(tmp_path) -> None:
     attacker.write("site-2", forged, epoch=1)
     server = _server(storage, name, "--timeout", "120")
     try:
-        workers = [_participant(storage, name, f"site-{i}", N_INIT + 3, *FAST) for i in (0, 1)]
+        workers = [_participant(storage, name, f"site-{i}", N_INIT + 1, *FAST) for i in (0, 1)]
         outcomes = [_finish(process) for process in workers]
     finally:
         server.kill()
@@ -146,8 +146,8 @@ def test_forged_finished_leases_do_not_end_serve(tmp_path) -> None:
         attacker.write(client, text, epoch=1)
     stop = attacker.keep_writing(forged)  # and over the real ones, all along
     try:
-        server = _server(storage, name)
-        workers = [_participant(storage, name, f"site-{i}", N_INIT + 3, *FAST) for i in (0, 1)]
+        server = _server(storage, name, "--round-timeout", "1")
+        workers = [_participant(storage, name, f"site-{i}", N_INIT + 2, *FAST) for i in (0, 1)]
         outcomes = [_finish(process) for process in workers]
         server_out, server_err = _finish(server)  # ends by itself once both really finished
     finally:
@@ -158,7 +158,7 @@ def test_forged_finished_leases_do_not_end_serve(tmp_path) -> None:
         counts = _last_json(out)["counts"]
         assert counts["federated"] >= 1, err[-2000:]
         # serve ended after the participant's real end: its summary row has all its trials.
-        assert re.search(rf"site-{i}\s+finished\s+{N_INIT + 3}\s", server_out), server_out
+        assert re.search(rf"site-{i}\s+finished\s+{N_INIT + 2}\s", server_out), server_out
 
 
 def test_a_replayed_old_lease_neither_locks_out_nor_ends_serve(tmp_path) -> None:
@@ -177,8 +177,8 @@ def test_a_replayed_old_lease_neither_locks_out_nor_ends_serve(tmp_path) -> None
     expiry = json.loads(old_live)["body"]["time"] + 2.0
     _wait_for(lambda: time.time() > expiry + 0.5, "the old live record to expire")
     attacker.write("site-0", old_live, epoch=1)
-    server = _server(storage, name)
-    second = _participant(storage, name, "site-0", N_INIT + 8, *FAST)
+    server = _server(storage, name, "--round-timeout", "1")
+    second = _participant(storage, name, "site-0", N_INIT + 5, *FAST)
     # ... and the old finished record is written back all along while both sites run: serve
     # must go on until site-0's second session has really finished (site-1 ends much sooner).
     stop = attacker.keep_writing({"site-0": old_finished})
@@ -191,7 +191,7 @@ def test_a_replayed_old_lease_neither_locks_out_nor_ends_serve(tmp_path) -> None
         stop.set()
     assert "ParticipantBusyError" not in err and _last_json(out)["counts"]["federated"] >= 1
     assert server.returncode == 0, server_err[-3000:]
-    assert re.search(rf"site-0\s+finished\s+{N_INIT + 8}\s", server_out), server_out
+    assert re.search(rf"site-0\s+finished\s+{N_INIT + 5}\s", server_out), server_out
     assert re.search(rf"site-1\s+finished\s+{N_INIT + 1}\s", server_out), server_out
 
 
@@ -266,14 +266,14 @@ def test_a_departure_counts_for_serve_only_if_witnessed_or_left_for_half_a_ttl(
     lease_a = fed.lease("a", ttl=30.0)
     assert witness.states()["a"].status == "active"  # seen live ...
     lease_a.release()
-    assert witness.departed("a")  # ... then finished: witnessed, it counts at once
+    assert witness.departed(["a"])  # ... then finished: witnessed, it counts at once
     fed.lease("b", ttl=30.0).release()
     late = LeaseBook(fed)  # a reader that first sees b already finished (maybe an old copy)
-    assert late.states()["b"].status == "finished" and not late.departed("b")
+    assert late.states()["b"].status == "finished" and not late.departed(["b"])
     now[0] += 14.9
-    assert not late.departed("b")
+    assert not late.departed(["b"])
     now[0] += 0.2  # half the ttl: a live b would have written a heartbeat since
-    assert late.departed("b")
+    assert late.departed(["b"])
 
 
 def test_a_reader_keeps_the_newest_record_and_ignores_a_replayed_older_one(tmp_path) -> None:
@@ -293,7 +293,7 @@ def test_a_reader_keeps_the_newest_record_and_ignores_a_replayed_older_one(tmp_p
     fresh = LeaseBook(Federation.load(fed.name, url))
     record, _ = fresh.scan("a")  # ... and a fresh reader finds the newer one in its epoch
     assert record is not None and record.status(time.time()) == "active"
-    assert not fresh.departed("a")
+    assert not fresh.departed(["a"])
     second.release()
 
 

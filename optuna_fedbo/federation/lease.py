@@ -43,6 +43,7 @@ should keep their clocks synchronized (NTP) to within a small fraction of the ``
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from dataclasses import field
 import math
@@ -390,19 +391,25 @@ class LeaseBook:
                 self._observe(record, time.time())
         return top
 
-    def departed(self, client_id: str) -> bool:
-        """Whether the participant has departed beyond doubt (for ending ``serve``).
+    def departed(self, client_ids: Iterable[str]) -> bool:
+        """Whether every one of the participants has departed beyond doubt (to end ``serve``).
 
-        Its newest verified record, in both places, shows it finished or lost, and that cannot
-        be an old copy: this reader saw the participant live before, or the record has been the
-        newest for half its ``ttl`` (a live participant writes a heartbeat every quarter).
+        Each one's newest verified record, in both places, shows it finished or lost, and that
+        cannot be an old copy: this reader saw the participant live before, or the record has
+        been the newest for half its ``ttl`` (a live participant heartbeats every quarter).
         """
-        record, _ = self.scan(client_id)
-        if record is None or record.status(time.time()) == "active":
-            return False
-        with self._lock:
-            track = self._tracks[client_id]
-            return track.seen_live or time.monotonic() - track.since >= record.ttl / 2
+        records = self.records()
+        for client_id in client_ids:
+            if client_id in records:
+                self._read(client_id, records[client_id])
+            self._scan_epochs(client_id)
+            with self._lock:
+                track = self._tracks.get(client_id)
+            if track is None or track.record.status(time.time()) == "active":
+                return False
+            if not (track.seen_live or time.monotonic() - track.since >= track.record.ttl / 2):
+                return False
+        return True
 
     def claim(self, client_id: str, epoch: int, text: str) -> bool:
         """Create the study of ``epoch`` for ``client_id`` and write the signed claimer's

@@ -220,7 +220,7 @@ class FederationServer:
 
         def ended() -> bool:
             lifecycle = self.federation.lifecycle()
-            return lifecycle.ended and all(self._leases.departed(c) for c in lifecycle.roster)
+            return lifecycle.ended and self._leases.departed(lifecycle.roster)
 
         return bool(self._every("ended", 2.0, ended))
 
