@@ -34,10 +34,10 @@ import optuna_fedbo as fb
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
-from optuna_fedbo.federation import lease as lease_module
 from optuna_fedbo.federation.keys import ParticipantKey
 from optuna_fedbo.federation.lease import lease_book
 from optuna_fedbo.federation.lease import LeaseBook
+import optuna_fedbo.federation.lease_book as book_module
 from optuna_fedbo.federation.lease_record import sign_lease
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -179,6 +179,8 @@ def test_a_replayed_old_lease_neither_locks_out_nor_ends_serve(tmp_path) -> None
     attacker.write("site-0", old_live, epoch=1)
     server = _server(storage, name, "--round-timeout", "1")
     second = _participant(storage, name, "site-0", N_INIT + 5, *FAST)
+    claimed = lambda: json.loads(attacker.read("site-0"))["body"]["epoch"] == 2  # noqa: E731
+    _wait_for(lambda: second.poll() is not None or claimed(), "site-0's new lease")
     # ... and the old finished record is written back all along while both sites run: serve
     # must go on until site-0's second session has really finished (site-1 ends much sooner).
     stop = attacker.keep_writing({"site-0": old_finished})
@@ -261,7 +263,7 @@ def test_a_departure_counts_for_serve_only_if_witnessed_or_left_for_half_a_ttl(
     fed.join("b")
     now = [1000.0]
     clock = SimpleNamespace(time=time.time, sleep=time.sleep, monotonic=lambda: now[0])
-    monkeypatch.setattr(lease_module, "time", clock)
+    monkeypatch.setattr(book_module, "time", clock)
     witness = LeaseBook(fed)
     lease_a = fed.lease("a", ttl=30.0)
     assert witness.states()["a"].status == "active"  # seen live ...
