@@ -264,12 +264,17 @@ class LeaseBook:
         with self._lock:
             return self._tracks[client_id].record.mark == record.mark
 
+    def _looks_departed(self, client_id: str) -> bool:
+        with self._lock:
+            return self._tracks[client_id].record.status(time.time()) != "active"
+
     def states(self) -> dict[str, ParticipantState]:
         """Every participant's lifecycle state, by id, from the newest verified records
         (participants never seen are absent).
 
-        A participant whose record in the leases study does not verify or is older than one
-        seen before (overwritten by someone else) is looked up in its epoch's study.
+        A participant whose record in the leases study does not verify, is older than one seen
+        before (overwritten by someone else) or shows it finished or lost (maybe an old copy) is
+        looked up in the studies of its epoch and the next ones.
         """
         roster = set(self.federation.participants())
         for client_id, text in self.records().items():
@@ -279,7 +284,7 @@ class LeaseBook:
                     f"Ignoring lease records of ids not enrolled in federation {self.name!r} "
                     f"(e.g. {client_id!r}).",
                 )
-            elif not self._read(client_id, text):
+            elif not self._read(client_id, text) or self._looks_departed(client_id):
                 self._scan_epochs(client_id)
         now = time.time()
         with self._lock:

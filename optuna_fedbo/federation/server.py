@@ -215,7 +215,7 @@ class FederationServer:
         """Whether every registered participant has finished (or is lost): serving can end.
 
         Only verified lease records count, and each departure must be beyond doubt (see
-        :meth:`~optuna_fedbo.federation.lease.LeaseBook.departed`): not an old copy.
+        :meth:`~optuna_fedbo.federation.lease_book.LeaseBook.departed`): not an old copy.
         """
 
         def ended() -> bool:
