@@ -295,6 +295,10 @@ def test_a_reader_keeps_the_newest_record_and_ignores_a_replayed_older_one(tmp_p
     # ... and a fresh reader (a new server, `status`) finds the newer one in its epoch's study.
     assert LeaseBook(Federation.load(fed.name, url)).states()["a"].status == "active"
     assert not LeaseBook(Federation.load(fed.name, url)).departed(["a"])
+    # Written back in both places, the old record still changes nothing for a reader that has
+    # seen the newer one (a fresh reader gives it half a ttl: see the test above).
+    attacker.write("a", old_finished, epoch=1)
+    assert book.states()["a"].status == "active" and not book.departed(["a"])
     second.release()
 
 

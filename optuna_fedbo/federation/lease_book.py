@@ -347,21 +347,20 @@ class LeaseBook:
     def departed(self, client_ids: Iterable[str]) -> bool:
         """Whether every one of the participants has departed beyond doubt (to end ``serve``).
 
-        Each one's newest verified record, in both places, shows it finished or lost, and that
-        cannot be an old copy: this reader saw the participant live before, or the record has
-        been the newest for half its ``ttl`` (a live participant heartbeats every quarter).
+        Each one's newest verified record shows it finished or lost (confirmed in the epoch
+        studies, see :meth:`states`), and that cannot be an old copy: this reader saw the
+        participant live before, or the record has been the newest for half its ``ttl`` (a live
+        participant heartbeats every quarter).
         """
-        records = self.records()
-        for client_id in client_ids:
-            if client_id in records:
-                self._read(client_id, records[client_id])
-            self._scan_epochs(client_id)
-            with self._lock:
+        self.states()
+        now, clock = time.time(), time.monotonic()
+        with self._lock:
+            for client_id in client_ids:
                 track = self._tracks.get(client_id)
-            if track is None or track.record.status(time.time()) == "active":
-                return False
-            if not (track.seen_live or time.monotonic() - track.since >= track.record.ttl / 2):
-                return False
+                if track is None or track.record.status(now) == "active":
+                    return False
+                if not (track.seen_live or clock - track.since >= track.record.ttl / 2):
+                    return False
         return True
 
     def claim(self, client_id: str, epoch: int, text: str) -> bool:
