@@ -6,7 +6,6 @@ import itertools
 import json
 import logging
 import threading
-import time
 
 import numpy as np
 import optuna
@@ -25,8 +24,7 @@ from optuna_fedbo.federation import server as server_module
 from optuna_fedbo.federation.cli import main as cli_main
 from optuna_fedbo.federation.fts.messages import parse_broadcast
 from optuna_fedbo.federation.fts.messages import parse_upload
-from optuna_fedbo.federation.lease import Lease
-from optuna_fedbo.federation.lease import LeaseBook
+from optuna_fedbo.federation.lease import lease_book
 from optuna_fedbo.federation.store import resolve_storage
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -78,7 +76,7 @@ def test_counts_tell_initial_local_and_federated_trials() -> None:
     assert counts.local == modes.count("local") + modes.count("fallback")
     assert counts.total == 6
     sampler.finish()
-    state = LeaseBook(fed.store).states()["solo"]
+    state = lease_book(fed).states()["solo"]
     assert state.status == "finished" and state.counts == counts.to_dict()
 
 
@@ -249,17 +247,19 @@ def test_non_dp_server_randomness_comes_from_the_public_seed() -> None:
 # -------------------------------------------------------------------------- leases
 def test_lease_refuses_another_process_and_shares_within_one(tmp_path, monkeypatch) -> None:
     fed = _fts(storage=f"sqlite:///{tmp_path / 'l.db'}")
+    fed.join("a")
     lease = fed.lease("a", ttl=30.0)
     again = fed.lease("a", ttl=30.0)  # the same process: shared, not refused
     assert again.epoch == lease.epoch == 1
-    monkeypatch.setattr("optuna_fedbo.federation.lease.PROCESS_TOKEN", "another-process")
+    another_process = "optuna_fedbo.federation.lease_record._SECRET"
+    monkeypatch.setattr(another_process, b"another process")
     with pytest.raises(ParticipantBusyError, match="is already running"):
-        Lease(fed.store, "a", ttl=30.0)
+        fed.lease("a", ttl=30.0)
     monkeypatch.undo()
     lease.release()
     again.release()
-    monkeypatch.setattr("optuna_fedbo.federation.lease.PROCESS_TOKEN", "another-process")
-    taken = Lease(fed.store, "a", ttl=30.0)  # finished: the id is free again
+    monkeypatch.setattr(another_process, b"another process")
+    taken = fed.lease("a", ttl=30.0)  # finished: the id is free again
     assert taken.epoch == 2
     taken.release()
 
@@ -270,13 +270,13 @@ def test_auto_round_timeout_follows_the_slowest_running_participant(monkeypatch)
     server = FederationServer(fed)
     assert server._min_uploads == 3  # half of 5, rounded up
     assert server.current_round_timeout() is None  # no trial time reported yet: wait
-    book = LeaseBook(fed.store)
+    leases = {}
     for client, seconds in (("a", 0.5), ("b", 4.0)):
-        record = {"heartbeat": time.time(), "ttl": 60.0, "trial_seconds": seconds}
-        book.write(client, record)
+        fed.join(client)
+        leases[client] = fed.lease(client, public=lambda s=seconds: {"trial_seconds": s})
     server._checked.clear()
     assert server.current_round_timeout() == pytest.approx(3 * 4.0)
-    book.write("b", {"heartbeat": 0.0, "ttl": 60.0, "trial_seconds": 4.0})  # lost
+    leases["b"].release(finished=False)  # lost
     server._checked.clear()
     assert server.current_round_timeout() == server_module.AUTO_TIMEOUT_FLOOR
     fixed = FederationServer(fed, round_timeout=7.5)

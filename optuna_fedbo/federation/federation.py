@@ -856,8 +856,10 @@ class Federation:
 
         Raises:
             ParticipantBusyError: If another live process runs the same id.
+            ValueError: If the participant is not enrolled or its key is not on this machine.
         """
-        return Lease(self._store, check_client_id(client_id), ttl=ttl, public=public)
+        key = self._participant_key(check_client_id(client_id))
+        return Lease(self, client_id, key=key, ttl=ttl, public=public)
 
     def lifecycle(self) -> Lifecycle:
         """Participants' states (active, finished, lost) and what keeps rounds from closing."""

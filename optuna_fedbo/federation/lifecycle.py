@@ -14,7 +14,7 @@ from typing import Any
 from typing import NamedTuple
 from typing import TYPE_CHECKING
 
-from optuna_fedbo.federation.lease import LeaseBook
+from optuna_fedbo.federation.lease import lease_book
 from optuna_fedbo.federation.lease import ParticipantState
 
 if TYPE_CHECKING:
@@ -108,10 +108,14 @@ class Lifecycle:
                 lines.append(f"  {client_id:<20} joined (no lease record)")
                 continue
             counts = state.counts
-            total = sum(int(counts.get(k, 0)) for k in COUNT_KINDS)
-            detail = ", ".join(f"{int(counts.get(k, 0))} {k}" for k in COUNT_KINDS)
             seen = f"last seen {state.age:.0f} s ago"
-            lines.append(f"  {client_id:<20} {state.status:<9} {total} trials ({detail}); {seen}")
+            if counts is None:
+                trials = "trials sealed to the server"
+            else:
+                total = sum(int(counts.get(k, 0)) for k in COUNT_KINDS)
+                detail = ", ".join(f"{int(counts.get(k, 0))} {k}" for k in COUNT_KINDS)
+                trials = f"{total} trials ({detail})"
+            lines.append(f"  {client_id:<20} {state.status:<9} {trials}; {seen}")
         not_joined = self.n_clients - len(self.roster)
         if not_joined:
             lines.append(f"  ({not_joined} not joined yet)")
@@ -129,7 +133,7 @@ def server_age(server: dict[str, Any]) -> float:
 def read_lifecycle(federation: Federation) -> Lifecycle:
     """The federation's participants and what keeps its rounds from closing."""
     roster = tuple(federation.participants())
-    states = LeaseBook(federation.store).states()
+    states = lease_book(federation).states()
     server = federation.store.server_status()
     n = federation.n_clients
     stopped = None if server is None else server.get("stopped")
@@ -229,7 +233,7 @@ class FederationSummary:
         ]
         for client_id in self.roster:
             state = self.participants.get(client_id)
-            counts = {} if state is None else state.counts
+            counts = {} if state is None or state.counts is None else state.counts
             values = [int(counts.get(k, 0)) for k in COUNT_KINDS]
             status = "joined" if state is None else state.status
             lines.append(
@@ -247,7 +251,7 @@ def summarize(federation: Federation) -> FederationSummary:
         n_rounds=federation.open_round(),
         epsilon=float(epsilon),
         delta=float(delta),
-        participants=LeaseBook(federation.store).states(),
+        participants=lease_book(federation).states(),
         roster=tuple(federation.participants()),
     )
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.federation import Federation
-from optuna_fedbo.federation.lease import LeaseBook
+from optuna_fedbo.federation.lease import lease_book
 from optuna_fedbo.federation.lifecycle import FederationSummary
 from optuna_fedbo.federation.protocol import get_protocol
 from optuna_fedbo.federation.store import ServerSupersededError
@@ -171,7 +171,7 @@ class FederationServer:
         self._lock = threading.RLock()
         self._epoch = self._store.claim_server_epoch()
         self._last_heartbeat = float("-inf")
-        self._leases = LeaseBook(federation.store)
+        self._leases = lease_book(federation)
         self._checked: dict[str, tuple[float, Any]] = {}
 
     def _every(self, key: str, seconds: float, compute: Callable[[], Any]) -> Any:
@@ -212,8 +212,17 @@ class FederationServer:
         return max(AUTO_TIMEOUT_FLOOR, AUTO_TIMEOUT_FACTOR * seconds * self._work_per_round())
 
     def _participants_done(self) -> bool:
-        """Whether every registered participant has finished (or is lost): serving can end."""
-        return bool(self._every("ended", 2.0, lambda: self.federation.lifecycle().ended))
+        """Whether every registered participant has finished (or is lost): serving can end.
+
+        Only verified lease records count, and each departure must be beyond doubt (see
+        :meth:`~optuna_fedbo.federation.lease_book.LeaseBook.departed`): not an old copy.
+        """
+
+        def ended() -> bool:
+            lifecycle = self.federation.lifecycle()
+            return lifecycle.ended and self._leases.departed(lifecycle.roster)
+
+        return bool(self._every("ended", 2.0, ended))
 
     def summary(self) -> FederationSummary:
         """Rounds published, privacy spent and every participant's trials by kind."""
