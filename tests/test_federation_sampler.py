@@ -32,7 +32,8 @@ _names = itertools.count()
 
 def _federation(space=UNIT, n_clients: int = 2, **protocol) -> Federation:
     # These tests exercise the papers' algorithm; tests/test_fts_default.py the default.
-    config = FTSConfig(**{"n_features": 50, "n_init": 3, **PAPER_ALGORITHM, **protocol})
+    lone = {"min_contributors": 1} if n_clients == 1 else {}  # a round of one is published
+    config = FTSConfig(**{"n_features": 50, "n_init": 3, **PAPER_ALGORITHM, **lone, **protocol})
     return Federation.create(
         f"fed-{next(_names)}", search_space=space, n_clients=n_clients, protocol=config, seed=3
     )

@@ -36,7 +36,10 @@ _names = itertools.count()
 
 
 def _fts(n_clients: int = 2, storage=None, **protocol) -> Federation:
-    config = FTSConfig(**{"n_features": 20, "n_init": 2, "aggregation": "weighted", **protocol})
+    lone = {"min_contributors": 1} if n_clients == 1 else {}  # a round of one is published
+    config = FTSConfig(
+        **{"n_features": 20, "n_init": 2, "aggregation": "weighted", **lone, **protocol}
+    )
     return Federation.create(
         f"life-{next(_names)}", search_space=SPACE, n_clients=n_clients, storage=storage,
         protocol=config, seed=4,
