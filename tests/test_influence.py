@@ -165,6 +165,22 @@ def test_a_pooled_participant_claiming_everything_weighs_as_one_other(n_honest: 
     assert np.linalg.norm(maximum - [0.7, 0.3]) < 0.4
 
 
+def test_the_pooled_broadcast_is_clipped_to_the_bound_whatever_the_posterior(monkeypatch) -> None:
+    fed = _federation(aggregation="pooled")
+    server = FederationServer(fed)
+    huge = np.full(M, 1e6)  # a posterior mean the model's prior does not allow
+    monkeypatch.setattr(
+        "optuna_fedbo.federation.fts.server.select_posterior", lambda participants: (0, huge)
+    )
+    for i in range(2):
+        upload = pack_blocks([_statistics(f, *_honest(i)) for f in fed.pooling_features()])
+        fed.upload(f"c{i}", upload, n_observations=15, iteration=0)
+    server.step()
+    omega = fed.latest_broadcast().vectors[0]
+    assert np.linalg.norm(omega) == pytest.approx(vector_norm_bound(M))
+    np.testing.assert_allclose(omega / np.linalg.norm(omega), huge / np.linalg.norm(huge))
+
+
 # --------------------------------------------------------------------- the sample protocol
 def test_the_sample_order_is_secret_to_the_server() -> None:
     with pytest.warns(UserWarning, match="aggregation='sample'"):
