@@ -119,7 +119,7 @@ def _omega_peaked_at(fed: Federation, peak: tuple[float, float]) -> np.ndarray:
 
 
 def test_federated_steps_maximize_the_broadcast_function() -> None:
-    fed = _federation(n_clients=2)
+    fed = _federation(n_clients=2, min_contributors=1)  # the broadcast is c1's alone
     server = FederationServer(fed)
     sampler = FedThompsonSampler(fed, "c0", schedule=lambda t: 0.0, seed=0)
     study = optuna.create_study(direction="maximize", sampler=sampler)

@@ -236,7 +236,7 @@ class FTSConfig(ProtocolConfig):
                 "relays every agent's vector, which no amount of noise on an aggregate protects."
             )
 
-    def check_federation(self, n_clients: int, privacy: Any) -> None:
+    def check_creation(self, n_clients: int, privacy: Any) -> None:
         if privacy is None:
             check_without_privacy(self, n_clients)
 
