@@ -12,7 +12,9 @@ far from the honest optimum ``(0.7, 0.3)`` of the honest participants' objective
 * pooled statistics (``aggregation="pooled"``, the default): the statistics of 10,000
   observations, half at ``x*`` of value ``+1000``, half uniform of value ``-1000`` (the honest
   ones hold 15 observations each); and ``pooled (matched)``, an attacker that knows the rule:
-  15 observations of the honest values' mean and spread, its 7 high values at ``x*``.
+  15 observations of the honest values' mean and spread, its 7 high values at ``x*``; and
+  ``pooled (level)``: 15 observations all near 1000 (a tiny spread), the highest at ``x*``,
+  which the joint standardization turns into "high at the attacker's points".
 
 Printed per ``k``: whether a broadcast was published, the cosine of the broadcast to the
 attacker's crafted direction (its vector; for pooled statistics the posterior mean of its
@@ -65,7 +67,7 @@ SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
 TARGET = np.array([0.1, 0.9])
 HONEST_OPTIMUM = np.array([0.7, 0.3])
 CONTRIBUTORS = (1, 2, 3, 10)
-ATTACKS = ("weighted", "pooled", "pooled (matched)")
+ATTACKS = ("weighted", "pooled", "pooled (matched)", "pooled (level)")
 HONEST_POINTS = 15
 GRID = np.stack(np.meshgrid(*[np.linspace(0, 1, 101)] * 2), -1).reshape(-1, 2)
 _names = itertools.count()
@@ -107,10 +109,18 @@ def _honest_upload(fed: Federation, rng: np.random.Generator, aggregation: str) 
     return statistics.posterior(fed.fts.noise_variance).mean  # the default vector upload
 
 
-def _attack_statistics(features, rng: np.random.Generator, matched: bool) -> SufficientStatistics:
-    """High values at x*, low ones elsewhere: 10,000 observations of +-1000, or (``matched``)
-    as many observations as an honest participant, of the same mean and spread."""
-    if not matched:
+def _attack_statistics(features, rng: np.random.Generator, attack: str) -> SufficientStatistics:
+    """High values at x*, low ones elsewhere: 10,000 observations of +-1000; or (``matched``)
+    as many observations as an honest participant, of the same mean and spread; or
+    (``level``) as many, all near 1000 (a spread of 0.005), the highest at x*."""
+    if attack == "level":
+        high = 7
+        x = np.concatenate(
+            [np.tile(TARGET, (high, 1)), rng.uniform(size=(HONEST_POINTS - high, 2))]
+        )
+        y = np.concatenate([np.full(high, 1000.01), np.full(HONEST_POINTS - high, 1000.0)])
+        return _statistics(features, x, y)
+    if attack != "matched":
         half = 5_000
         x = np.concatenate([np.tile(TARGET, (half, 1)), rng.uniform(size=(half, 2))])
         y = np.concatenate([np.full(half, 1000.0), np.full(half, -1000.0)])
@@ -130,13 +140,13 @@ def _attack_statistics(features, rng: np.random.Generator, matched: bool) -> Suf
 
 def _round(k: int, attack: str, seed: int) -> dict[str, float]:
     """One round: the attacker p0 and k - 1 honest participants; the broadcast's influence."""
-    aggregation, matched = attack.split(" ")[0], attack.endswith("(matched)")
+    aggregation, variant = attack.split(" ")[0], attack.partition("(")[2].rstrip(")")
     fed = _federation(k, aggregation, seed)
     rng = np.random.default_rng(seed)
     server = FederationServer(fed)
     if aggregation == "pooled":
         crafted = [
-            _attack_statistics(f, np.random.default_rng(seed), matched)
+            _attack_statistics(f, np.random.default_rng(seed), variant)
             for f in fed.pooling_features()
         ]
         fed.upload("p0", pack_blocks(crafted), n_observations=crafted[0].count, iteration=0)
@@ -153,7 +163,7 @@ def _round(k: int, attack: str, seed: int) -> dict[str, float]:
     omega = broadcast.vectors[0]
     if aggregation == "pooled":
         features = fed.pooling_features()[broadcast.feature_block]
-        alone = _attack_statistics(features, np.random.default_rng(seed), matched)
+        alone = _attack_statistics(features, np.random.default_rng(seed), variant)
         crafted = pooled_posterior([alone], np.ones(1), fed.fts.noise_variance, 0.0)[0]
     else:
         features = fed.features()
@@ -225,7 +235,7 @@ def plot(tables: dict[str, dict[str, object]], path: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for label, table in tables.items():
-        for aggregation, style in zip(ATTACKS, ("-o", "--s", ":^")):
+        for aggregation, style in zip(ATTACKS, ("-o", "--s", ":^", "-.v")):
             rows = [table[f"{aggregation}/{k}"] for k in CONTRIBUTORS]
             name = f"{label}, {aggregation}"
             axes[0].plot(CONTRIBUTORS, [r["cosine"] for r in rows], style, label=name)

@@ -87,14 +87,16 @@ def bound_vectors(vectors: np.ndarray, bound: float) -> tuple[np.ndarray, int]:
     return clipped, int(np.sum(np.any(clipped != np.asarray(vectors), axis=-1)))
 
 
-def capped_by_others(sizes: np.ndarray) -> np.ndarray:
-    """Each size capped at the largest of the *other* sizes: ``min(s_n, max_{m != n} s_m)``.
+def capped_by_others(sizes: np.ndarray, factor: float = 1.0) -> np.ndarray:
+    """Each size capped at ``factor`` times the largest *other* size: ``min(s_n, factor
+    max_{m != n} s_m)``.
 
     One participant then never weighs more than another one does, whatever the others send; a
     lone size is returned as it is (the server publishes nothing of a lone contributor).
 
     Args:
         sizes: Non-negative sizes (observation counts, value spreads), one per participant.
+        factor: How many times the largest other size a size may reach (>= 1).
 
     Returns:
         The capped sizes, of the same shape.
@@ -106,7 +108,7 @@ def capped_by_others(sizes: np.ndarray) -> np.ndarray:
     largest, second = sizes[order[-1]], sizes[order[-2]]
     others_max = np.full(sizes.shape, largest)
     others_max[order[-1]] = second
-    return np.minimum(sizes, others_max)
+    return np.minimum(sizes, factor * others_max)
 
 
 __all__ = ["INFLUENCE_TAIL", "bound_vectors", "capped_by_others", "vector_norm_bound"]

@@ -47,6 +47,10 @@ POOLING_NOISE_VARIANCES = (1e-3, 1e-2, 1e-1, 1.0)
 #: spread) that :func:`select_posterior` chooses from; 0: no offsets.
 POOLING_OFFSET_SCALES = (0.0, 0.3, 1.0)
 
+#: How many times the widest other participant's value spread a participant's may reach at full
+#: weight (:func:`robust_weights`).
+POOL_SPREAD_FACTOR = 1.0
+
 #: Relative tolerance of the consistency checks of unpacked statistics (rounding of sums).
 _TOLERANCE = 1e-6
 
@@ -198,7 +202,7 @@ def robust_weights(statistics: list[SufficientStatistics]) -> np.ndarray:
     counts = np.array([s.count for s in statistics], dtype=float)
     spreads = np.array([s.standardization()[1] for s in statistics])
     weights = capped_by_others(counts) / counts
-    return weights * (capped_by_others(spreads) / spreads) ** 2
+    return weights * (capped_by_others(spreads, POOL_SPREAD_FACTOR) / spreads) ** 2
 
 
 def pooled_posterior(
