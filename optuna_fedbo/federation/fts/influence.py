@@ -21,8 +21,13 @@ from typing import Any
 import warnings
 
 import numpy as np
+import optuna
 
+from optuna_fedbo.core.influence import bound_vectors
+from optuna_fedbo.core.influence import vector_norm_bound
 from optuna_fedbo.privacy._rng import secure_rng
+
+_logger = optuna.logging.get_logger(__name__)
 
 
 def check_without_privacy(config: Any, n_clients: int) -> None:
@@ -70,6 +75,16 @@ def check_without_privacy(config: Any, n_clients: int) -> None:
         )
 
 
+def bounded(vectors: np.ndarray, n_features: int, round_index: int) -> np.ndarray:
+    """``vectors`` clipped to :func:`~optuna_fedbo.core.influence.vector_norm_bound` of their
+    ``n_features`` (no honest vector on the model's scale is longer, with probability
+    ``1 - 1e-6``); a clipped vector is logged (server-side)."""
+    clipped, n_clipped = bound_vectors(vectors, vector_norm_bound(n_features))
+    if n_clipped:
+        _logger.info(f"Round {round_index}: {n_clipped} vector(s) clipped to the norm bound.")
+    return clipped
+
+
 def secret_order(n_vectors: int, rng: np.random.Generator | None) -> np.ndarray:
     """The order in which ``aggregation="sample"`` relays the round's vectors.
 
@@ -91,4 +106,4 @@ def withheld_message(name: str, round_index: int, n_contributors: int, minimum: 
     )
 
 
-__all__ = ["check_without_privacy", "secret_order", "withheld_message"]
+__all__ = ["bounded", "check_without_privacy", "secret_order", "withheld_message"]

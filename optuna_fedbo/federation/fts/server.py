@@ -13,9 +13,8 @@ One round (DP-FTS-DE, Algorithm 1) is ``collect -> aggregate -> publish``:
    (:func:`optuna_fedbo.core.weights.subregion_weights`, renormalized over the participants
    that uploaded); for ``aggregation="sample"`` (original FTS), the uploaded vectors themselves in
    an order secret to the server; for ``aggregation="pooled"`` (the default without DP), the
-   posterior mean given all participants' summed statistics (:mod:`optuna_fedbo.core.pooling`).
-   Without DP each participant's weight is bounded and a round of fewer than
-   ``min_contributors`` distinct participants is not published
+   posterior mean given all participants' summed statistics (:mod:`optuna_fedbo.core.pooling`);
+   each participant's weight bounded, and nothing published of fewer than ``min_contributors``
    (:mod:`optuna_fedbo.federation.fts.influence`);
 3. *publish*: sign the broadcast (with receipts of the uploads received in time) and stage it
    as a ``RUNNING`` trial, open the next round's uploads, then complete the trial and move the
@@ -52,8 +51,6 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
-from optuna_fedbo.core.influence import bound_vectors
-from optuna_fedbo.core.influence import vector_norm_bound
 from optuna_fedbo.core.pooling import block_sizes
 from optuna_fedbo.core.pooling import select_posterior
 from optuna_fedbo.core.pooling import unpack_blocks
@@ -65,6 +62,7 @@ from optuna_fedbo.federation._polling import poll_rounds
 from optuna_fedbo.federation._uploads import UploadCollector
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.federation import Federation
+from optuna_fedbo.federation.fts.influence import bounded
 from optuna_fedbo.federation.fts.influence import secret_order
 from optuna_fedbo.federation.fts.influence import withheld_message
 from optuna_fedbo.federation.fts.messages import encode_broadcast
@@ -381,13 +379,11 @@ class FTSServer(FederationServer):
     def _aggregate(self, round_index: int, uploads: list[Upload]) -> tuple[np.ndarray, int]:
         """The non-private aggregation, each participant's weight bounded; and its feature block.
 
-        ``"pooled"``: the posterior mean given the participants' statistics together, none
-        counting for more observations or a wider value spread than the heaviest other one,
-        on the feature block and with the noise variance and participants' offsets of largest
-        evidence (:func:`~optuna_fedbo.core.pooling.select_posterior`), clipped to the norm the
-        model allows. Otherwise every vector is clipped to that norm
-        (:func:`~optuna_fedbo.core.influence.vector_norm_bound`: no honest vector on the
-        model's scale is longer, with probability ``1 - 1e-6``), from the first contributor on.
+        ``"pooled"``: the posterior mean given the participants' statistics together (none
+        weighing more than the heaviest other one), on the feature block and with the noise
+        variance and offsets of largest evidence
+        (:func:`~optuna_fedbo.core.pooling.select_posterior`). Every vector, and the pooled
+        mean, is clipped to the norm the model allows (:func:`.influence.bounded`).
         """
         if self._fts.aggregation == "pooled":
             # The same statistics as the last round's (participants between refreshes): the
@@ -397,14 +393,10 @@ class FTSServer(FederationServer):
             key = tuple((u.client_id, digest) for u, (digest, _, _) in zip(uploads, held))
             if self._last_pooled is None or self._last_pooled[0] != key:
                 block, mean = select_posterior([blocks for _, _, blocks in held])
-                bound = vector_norm_bound(block_sizes(self._fts.n_features)[block])
-                self._last_pooled = (key, bound_vectors(mean[None, :], bound)[0], block)
+                size = block_sizes(self._fts.n_features)[block]
+                self._last_pooled = (key, bounded(mean[None, :], size, round_index), block)
             return self._last_pooled[1], self._last_pooled[2]
-        omegas, n_clipped = bound_vectors(
-            np.stack([u.omega for u in uploads]), vector_norm_bound(self._fts.n_features)
-        )
-        if n_clipped:
-            _logger.info(f"Round {round_index}: {n_clipped} upload(s) clipped to the norm bound.")
+        omegas = bounded(np.stack([u.omega for u in uploads]), self._fts.n_features, round_index)
         if self._fts.aggregation == "sample":
             # Secret to the server (OS entropy; a research simulation's seed, if it gave one).
             return omegas[secret_order(len(omegas), self._noise_rng)], 0
