@@ -37,7 +37,7 @@ def _federation(tmp_path: Path, n_clients: int) -> tuple[str, str]:
         search_space=SPACE,
         n_clients=n_clients,
         storage=storage,
-        protocol=FTSConfig(n_features=20, n_init=N_INIT),
+        protocol=FTSConfig(n_features=20, n_init=N_INIT, min_contributors=min(n_clients, 2)),
         seed=5,
     )
     return storage, name

@@ -293,7 +293,10 @@ def test_uploads_to_a_closed_or_future_round_never_count(caplog) -> None:
 
 
 def test_a_missed_upload_is_reported_and_resent_to_the_next_round(caplog) -> None:
-    fed = _federation()
+    # Round 0 is published with c0 alone: c1's upload misses it.
+    fed = _federation(
+        protocol=FTSConfig(n_features=M, n_init=1, aggregation="weighted", min_contributors=1)
+    )
     server = FederationServer(fed, discard_uploads=False)
     fed.upload("c0", _omega(0), n_observations=3, iteration=0)
     collect = server._collect

@@ -262,6 +262,7 @@ class Federation:
         )
         # Defaults that depend on the federation are stored explicitly.
         resolved = protocol.resolve(SearchSpaceEncoder(config.search_space), privacy)
+        resolved.check_creation(n_clients, privacy)
         config = replace(config, protocol=resolved)
         store = FederationStore(resolve_storage(storage), name)
         try:

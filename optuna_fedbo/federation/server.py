@@ -61,10 +61,12 @@ class RoundReport:
         contributors: Their participants' ids (server-side information, not published).
         rejected: ``(participant, reason)`` of every upload that was refused.
         reason: Why the round closed: ``"complete"`` (all ``N`` in), ``"forced"``,
-            ``"timeout"``, or ``"resumed"`` (a publication interrupted by a crash, finished).
+            ``"timeout"``, or ``"resumed"`` (a publication interrupted by a crash, finished);
+            ``"withheld"``: not published, too few contributors without differential privacy
+            (``FTSConfig.min_contributors``), the round stays open.
         published_at: Server clock at publication.
         published: False for the round the server refused to publish because of the privacy
-            budget (then ``budget_exhausted`` is true and nothing was released).
+            budget (then ``budget_exhausted`` is true and nothing was released) or withheld.
         epsilon: With differential privacy, epsilon spent after this round (``None``
             otherwise).
         delta: With differential privacy, the ledger's delta.
