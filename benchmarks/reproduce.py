@@ -8,12 +8,25 @@ One command runs everything and writes the report with its plots (``benchmarks/r
 Every claim is run on at least 10 seed functions (random problems); error bars are standard
 errors over functions, comparisons are paired (wins out of functions, one-sided Wilcoxon
 signed-rank test), and the plots show curves over t. Results are cached one file per
-(problem, method, function) under ``benchmarks/results/reproduce/<scale>/``, so an interrupted
-run resumes where it stopped; ``--budget-minutes`` stops starting new runs after a while (the
-report then says which claims were not run), ``--report-only`` rewrites the report from the
-cache, ``--workers`` runs functions in parallel, ``--groups`` picks sections. The cache key holds
-each method's configuration, not the library's code: after changing the code, delete
-``benchmarks/results/reproduce/<scale>/`` (or the affected method's folder) before a rerun.
+(problem, method, function) under ``benchmarks/results/reproduce/<scale>/``, each with its wall
+time, so an interrupted run resumes where it stopped; ``--budget-minutes`` stops starting new
+runs after a while, ``--report-only`` rewrites the report from the cache (saying, per group,
+how many runs are missing, and per claim at which scale, on how many functions and with how
+much run time it ran), ``--workers`` runs functions in parallel, ``--groups`` picks sections.
+
+Several processes or machines share a full run with ``--shard K/N`` (a fixed split of all the
+runs, so shards started at any time are disjoint; each writes to the same cache and no report)::
+
+    python benchmarks/reproduce.py --scale full --shard 1/8    # ... up to --shard 8/8
+    python benchmarks/reproduce.py --scale full --report-only  # once every shard is done
+
+The cache's ``PROVENANCE.json`` records the scale and the digest of the code that computes
+the results (``optuna_fedbo/`` and the drivers of ``reproduce_infra.DRIVERS``; not the
+``reproduce*.py`` files, which only wire the drivers, and whose FTS cache keys hold each
+method's configuration), plus the git commits that wrote to it. A cache from other code or
+another scale is refused (exit status 2); ``--rebuild-cache`` moves it aside and starts afresh;
+``--accept-cache-from-other-code`` continues it at the same scale, and the report names every
+code digest it mixes (for a long run that a fix elsewhere in the library would otherwise void).
 
 The drivers of the individual benchmarks are reused: ``federation_synthetic.py`` (the FTS/DE
 synthetic problems, local TS, the federation runner), ``privacy_accounting.py`` (the papers'
@@ -419,7 +432,7 @@ class Results:
 def _metric(curves: infra.Timed, final: bool) -> infra.Timed:
     """Per function: regret at t = T (``final``) or the mean simple regret over t = 1..T."""
     values = {s: float(c[-1] if final else c[1:].mean()) for s, c in curves.items()}
-    return infra.Timed(values, curves.seconds)
+    return infra.Timed(values, getattr(curves, "seconds", None))
 
 
 class Report:
@@ -541,7 +554,7 @@ def _method_table(results: Results, problem: Problem, labels: list[str]) -> str:
         if not records:
             rows.append([label, "not run", "", "", ""])
             continue
-        curves = {s: np.asarray(r["curve"]) for s, r in records.items()}
+        curves = infra.Timed.of(records, lambda r: np.asarray(r["curve"]))
         clipped = sum(r.get("clipped", 0) for r in records.values())
         contributed = sum(r.get("contributed", 0) for r in records.values())
         rows.append(

@@ -19,7 +19,7 @@ import seedstats as st
 
 #: The practical methods (the sampler's defaults) and the paper's (``ldp_common.PRESETS``).
 LDP_METHODS = ("tgp", "ata", "moma", "moma-k")
-PAPER_METHODS = ("tgp:paper", "ata:paper", "moma:paper")
+PAPER_METHODS = ("tgp:paper", "ata:paper", "moma:paper", "random")
 LDP_EPSILONS = (0.5, 1.0, 2.0)
 #: What ``benchmarks/ldp_paper_settings.py`` measured (the reason the practical rows differ).
 DIAGNOSIS = ""
@@ -32,7 +32,9 @@ def ldp_settings() -> list[str]:
 
 
 def _group(preset: str, horizon: int) -> str:
-    return f"ldp-T{horizon}" if preset == "practical" else f"ldp-{preset}-T{horizon}"
+    # The methods are part of the key: a record holds every method of its preset.
+    methods = LDP_METHODS if preset == "practical" else PAPER_METHODS
+    return f"ldp-{preset}-T{horizon}-{'+'.join(m.split(':')[0] for m in methods)}"
 
 
 def _curves(setting: str, seed: int, horizon: int, methods: tuple[str, ...]) -> dict[str, Any]:
@@ -136,6 +138,16 @@ def ldp_section(
                     final[other],
                     digits=4,
                 )
+            if preset == "paper":
+                report.ordering(
+                    "(ours)",
+                    f"{where} ({setting})",
+                    "paper's parameters: MoMA learns (beats random search)",
+                    "-",
+                    final[moma],
+                    final["random"],
+                    digits=4,
+                )
             if preset == "practical" and index in (1, 4, 6, 7):
                 axis = axes[[1, 4, 6, 7].index(index)]
                 runs = {m: np.stack([np.asarray(v[m]) for v in values.values()]) for m in methods}
@@ -158,7 +170,7 @@ def ldp_section(
                 )
     text.append(
         "Final cumulative regret R_T; practical rows: tgp, ata, moma, moma-k; paper rows: "
-        "tgp, ata, moma (the theorem's k) with the paper's parameters.\n"
+        "tgp, ata, moma (the theorem's k) with the paper's parameters, and random search.\n"
     )
     text.append(
         st.markdown_table(
