@@ -45,8 +45,10 @@ DRIVERS = (
 )
 
 T = TypeVar("T")
-#: A run: its cache key and the function that computes its (timed) record.
-Job = tuple[tuple[Any, ...], Callable[[], dict[str, Any]]]
+#: A run: its cache key and the function that computes its (timed) record (``None``: it
+#: cannot run on this machine, e.g. without PyXAB; it stays in the list so that the shard
+#: split is the same everywhere).
+Job = tuple[tuple[Any, ...], Callable[[], dict[str, Any]] | None]
 
 
 class CacheMismatch(Exception):
@@ -230,14 +232,21 @@ def run_jobs(
 ) -> None:
     """Run shard ``K/N``'s part of ``jobs`` that is not in ``cache`` until ``deadline``."""
     mine = shard_of(jobs, shard)
+    unavailable = 0
     for key, make in mine:
         if cache.get(*key) is not None:
+            continue
+        if make is None:
+            unavailable += 1
             continue
         if time.time() > deadline:
             print(f"Time budget spent in {name}.")
             return
         cache.put(make(), *key)
-    print(f"{name}, shard {shard[0]}/{shard[1]}: {len(mine)} results", flush=True)
+    print(f"{name}, shard {shard[0]}/{shard[1]}: {len(mine)} runs", flush=True)
+    if unavailable:
+        print(f"  {unavailable} runs need a driver missing here (PyXAB?): run this shard again "
+              "where it is installed", flush=True)  # fmt: skip
 
 
 def timed(make: Callable[[], dict[str, Any]]) -> dict[str, Any]:

@@ -183,13 +183,13 @@ def test_run_jobs_runs_only_its_shard_and_skips_cached_runs(tmp_path: Path) -> N
         return (("g", "m", i), lambda: made.append(i) or {"value": i})
 
     cache.put({"value": 2}, "g", "m", 2)
-    jobs = [job(i) for i in range(6)]
+    jobs = [job(i) for i in range(6)] + [(("g", "m", 6), None)]  # 6: cannot run here
     infra.run_jobs("test", jobs, cache, float("inf"), (1, 2))
     mine = {key[2] for key, _ in infra.shard_of(jobs, (1, 2))}
-    assert made == sorted(mine - {2})  # its own runs, but not the cached one
+    assert made == sorted(mine - {2, 6})  # its own runs, but not the cached one
     infra.run_jobs("test", jobs, cache, float("-inf"), (2, 2))  # past the deadline
-    assert made == sorted(mine - {2})
-    assert {i for i in range(6) if cache.get("g", "m", i) is not None} == mine | {2}
+    assert made == sorted(mine - {2, 6})
+    assert {i for i in range(7) if cache.get("g", "m", i) is not None} == (mine - {6}) | {2}
 
 
 @pytest.fixture
