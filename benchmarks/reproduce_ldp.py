@@ -41,7 +41,7 @@ DIAGNOSIS = (
     "T = 1000. Our lambda alone (`paper+lambda`) changes nothing (TGP 2120, MoMA 2166, SE). "
     "(3) The practical epoch length (k = 13, 76 epochs) helps MoMA (practical defaults, SE, "
     "eps = 1: MoMA-k 1345 +- 254 vs theorem-k MoMA 2009 +- 683) but every epoch still plays one "
-    "point k times, and TGP stays 2.4-4x lower (554 +- 75; T = 5000: TGP 1115, MoMA-k 3417). "
+    "point k times, and TGP stays 2.4-5x lower (554 +- 75; T = 5000: TGP 1115, MoMA-k 3417). "
     'The paper\'s Fig. 2 uses parameters "order-wise similar" to the theorems without giving '
     "them; with the stated ones its ordering is a tie at random-search level, not a MoMA win. "
     "The rows with `paper's parameters` below test it at this report's scale.\n"
