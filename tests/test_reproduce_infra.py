@@ -238,3 +238,33 @@ def test_a_report_row_says_its_scale_functions_and_run_time(reproduce) -> None:
     assert report.claims[1][-1] == "-"
     assert report.claims[1][4:6] == ["not run", report.claims[1][5]]
     assert "1 paired function(s) in the cache" in report.claims[1][5]
+
+
+def test_the_paper_ldp_preset_is_the_theorems_and_practical_is_the_samplers() -> None:
+    import ldp_common
+    import numpy as np
+
+    from optuna_fedbo.core.ldp import LaplaceRewards
+    from optuna_fedbo.core.ldp import SquaredExponential
+    from optuna_fedbo.core.ldp.parameters import moma_epoch_length
+    from optuna_fedbo.core.ldp.parameters import practical_regularization
+    from optuna_fedbo.samplers._ldp_ucb import DEFAULT_BETA_SCALES
+
+    kernel, rewards = SquaredExponential(0.2), LaplaceRewards(1.0, 2.0, 1.0)
+
+    def build(name: str):
+        return ldp_common.make_algorithm(name, kernel, rewards, 1000, np.random.default_rng(0))
+
+    moma = build("moma:paper")
+    assert (moma.regularization, moma.beta_scale, moma.max_dictionary_size) == (1.0, 1.0, None)
+    assert moma.epoch_length == moma_epoch_length(1000, ldp_common.DELTA) == 295
+    assert (build("tgp:paper").regularization, build("tgp:paper").beta_scale) == (1.0, 1.0)
+    assert build("ata:paper").max_dictionary_size is None
+    practical = build("moma-k")
+    assert practical.regularization == practical_regularization(rewards) != 1.0
+    assert practical.beta_scale == DEFAULT_BETA_SCALES["moma"]
+    assert practical.epoch_length == 13
+    only_beta = build("tgp:paper+beta")
+    assert (only_beta.regularization, only_beta.beta_scale) == (1.0, DEFAULT_BETA_SCALES["tgp"])
+    with pytest.raises(ValueError, match="Unknown LDP preset 'papr'"):
+        build("tgp:papr")
