@@ -198,6 +198,7 @@ def reproduce(monkeypatch, tmp_path: Path):
 
     monkeypatch.setattr(reproduce, "CACHE", tmp_path / "cache")
     monkeypatch.setattr(reproduce, "REPORT", tmp_path / "REPRODUCTION.md")
+    monkeypatch.setattr(reproduce, "PLOTS", tmp_path / "plots")
     return reproduce
 
 
@@ -219,6 +220,13 @@ def test_the_cli_refuses_bad_input_with_status_2(
     (root / "quick").mkdir()
     infra.Provenance({"name": "quick"}, "0" * 64).write(reproduce.CACHE / "quick")
     monkeypatch.setattr(sys, "argv", ["reproduce.py", "--scale", "smoke", *argv])
+
+    def ran(*args, **kwargs):
+        raise AssertionError("a run or the report started despite the bad input")
+
+    for name in ("run_fts_family", "clip_norms", "write_report"):
+        monkeypatch.setattr(reproduce, name, ran)
+    monkeypatch.setattr(reproduce.infra, "run_jobs", ran)
     with pytest.raises(SystemExit) as exit_info:
         reproduce.main()
     assert exit_info.value.code == 2
