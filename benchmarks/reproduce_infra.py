@@ -23,6 +23,7 @@ from dataclasses import asdict
 from dataclasses import dataclass
 import hashlib
 import json
+import os
 from pathlib import Path
 import random
 import subprocess
@@ -114,7 +115,7 @@ class Provenance:
 
     def write(self, root: Path) -> None:
         root.mkdir(parents=True, exist_ok=True)
-        temporary = root / f"{PROVENANCE}.tmp"
+        temporary = root / f"{PROVENANCE}.{os.getpid()}.tmp"  # shards may start together
         temporary.write_text(self.to_json(), encoding="utf-8")
         temporary.replace(root / PROVENANCE)
 
