@@ -207,7 +207,15 @@ def run_suite(
             if protocol is None:
                 studies = run_local_ts(functions, n_rounds, seed)
             else:
-                studies = run_federated(functions, n_rounds, seed, protocol).studies
+                # The original FTS's relay order is secret to the server: seeded for research.
+                sample = protocol.aggregation == "sample"
+                studies = run_federated(
+                    functions,
+                    n_rounds,
+                    seed,
+                    protocol,
+                    insecure_noise_seed=seed if sample else None,
+                ).studies
             seconds[name] += time.perf_counter() - start
             curves[name].append(regret_curves(studies, functions, n_rounds).mean(axis=0))
     return {k: np.stack(v) for k, v in curves.items()}, seconds

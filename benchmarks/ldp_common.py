@@ -26,6 +26,7 @@ from optuna_fedbo.core.ldp import parameters  # noqa: E402
 from optuna_fedbo.core.ldp import RewardModel  # noqa: E402
 from optuna_fedbo.core.ldp import run_finite_domain  # noqa: E402
 from optuna_fedbo.core.ldp import TGPUCB  # noqa: E402
+from optuna_fedbo.core.ldp.nystrom import DEFAULT_MAX_DICTIONARY_SIZE  # noqa: E402
 from optuna_fedbo.samplers._ldp_ucb import DEFAULT_BETA_SCALES  # noqa: E402
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -53,6 +54,39 @@ def practical_epoch_length(horizon: int) -> int:
     return parameters.practical_epoch_length(horizon, DELTA)
 
 
+#: Parameter presets of the core algorithms, selected by a ``":preset"`` suffix of the method
+#: name (``"tgp:paper"``). ``practical``: the sampler's defaults (``lambda = 4 c / B^2``, the
+#: tuned ``beta_scale`` of :data:`DEFAULT_BETA_SCALES`, a 64-column Nystrom dictionary).
+#: ``paper``: the theorems as stated (``lambda = 1``, ``beta_scale = 1``, an unbounded
+#: dictionary), the paper's "order-wise similar" parameters. ``paper+lambda`` and
+#: ``paper+beta`` are the paper's with one practical constant each (the diagnosis of
+#: ``benchmarks/ldp_paper_settings.py``). MoMA's epoch length is the method's: ``moma`` the
+#: theorem's ``k``, ``moma-k`` the practical one.
+PRESETS: dict[str, dict[str, object]] = {
+    "practical": {
+        "regularization": "practical",
+        "beta_scale": "practical",
+        "dictionary": DEFAULT_MAX_DICTIONARY_SIZE,
+    },
+    "paper": {"regularization": 1.0, "beta_scale": 1.0, "dictionary": None},
+    "paper+lambda": {"regularization": "practical", "beta_scale": 1.0, "dictionary": None},
+    "paper+beta": {"regularization": 1.0, "beta_scale": "practical", "dictionary": None},
+}
+
+
+def split_method(name: str) -> tuple[str, str]:
+    """``"moma-k:paper"`` -> ``("moma-k", "paper")``; no suffix is the ``practical`` preset.
+
+    Raises:
+        ValueError: For a preset not in :data:`PRESETS`.
+    """
+    method, _, preset = name.partition(":")
+    preset = preset or "practical"
+    if preset not in PRESETS:
+        raise ValueError(f"Unknown LDP preset {preset!r} in {name!r}; use one of {list(PRESETS)}.")
+    return method, preset
+
+
 def make_algorithm(
     name: str,
     kernel: Kernel,
@@ -60,30 +94,31 @@ def make_algorithm(
     horizon: int,
     rng: np.random.Generator,
 ) -> TGPUCB | ATAGPUCB | MoMAGPUCB:
-    """One of ``tgp``, ``ata``, ``moma`` (theorem's ``k``) or ``moma-k`` (practical ``k``).
-
-    Every other parameter is the default of the core (and of the sampler).
-    """
-    if name == "tgp":
-        return TGPUCB(kernel, rewards, delta=DELTA, beta_scale=DEFAULT_BETA_SCALES["tgp"])
-    if name == "ata":
-        return ATAGPUCB(
-            kernel,
-            rewards,
-            horizon=horizon,
-            delta=DELTA,
-            beta_scale=DEFAULT_BETA_SCALES["ata"],
-            rng=rng,
-        )
-    epoch_length = "practical" if name == "moma-k" else "theorem"
+    """One of ``tgp``, ``ata``, ``moma`` (theorem's ``k``) or ``moma-k`` (practical ``k``),
+    with an optional ``":preset"`` suffix (:data:`PRESETS`; none: the sampler's defaults)."""
+    method, preset = split_method(name)
+    settings = PRESETS[preset]
+    family = "moma" if method.startswith("moma") else method
+    beta_scale = settings["beta_scale"]
+    common = {
+        "delta": DELTA,
+        "regularization": settings["regularization"],
+        "beta_scale": DEFAULT_BETA_SCALES[family] if beta_scale == "practical" else beta_scale,
+    }
+    if method == "tgp":
+        return TGPUCB(kernel, rewards, **common)
+    dictionary = {"max_dictionary_size": settings["dictionary"]}
+    if method == "ata":
+        return ATAGPUCB(kernel, rewards, horizon=horizon, rng=rng, **common, **dictionary)
+    epoch_length = "practical" if method == "moma-k" else "theorem"
     return MoMAGPUCB(
         kernel,
         rewards,
         horizon=horizon,
-        delta=DELTA,
         epoch_length=epoch_length,
-        beta_scale=DEFAULT_BETA_SCALES["moma"],
         rng=rng,
+        **common,
+        **dictionary,
     )
 
 
@@ -138,9 +173,9 @@ def play(
     seed: int,
 ) -> np.ndarray:
     """Indices played by ``random``, ``tpe`` or a core algorithm on a finite domain."""
-    if method == "random":
+    if method.partition(":")[0] == "random":
         return run_random(len(domain), horizon, seed)
-    if method == "tpe":
+    if method.partition(":")[0] == "tpe":
         top = len(domain) - 1
         return run_tpe(lambda t: t.suggest_int("i", 0, top), reward, horizon, seed)
     return run_core(method, kernel, rewards, domain, reward, horizon, seed)

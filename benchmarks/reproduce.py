@@ -8,12 +8,38 @@ One command runs everything and writes the report with its plots (``benchmarks/r
 Every claim is run on at least 10 seed functions (random problems); error bars are standard
 errors over functions, comparisons are paired (wins out of functions, one-sided Wilcoxon
 signed-rank test), and the plots show curves over t. Results are cached one file per
-(problem, method, function) under ``benchmarks/results/reproduce/<scale>/``, so an interrupted
-run resumes where it stopped; ``--budget-minutes`` stops starting new runs after a while (the
-report then says which claims were not run), ``--report-only`` rewrites the report from the
-cache, ``--workers`` runs functions in parallel, ``--groups`` picks sections. The cache key holds
-each method's configuration, not the library's code: after changing the code, delete
-``benchmarks/results/reproduce/<scale>/`` (or the affected method's folder) before a rerun.
+(problem, method, function) under ``benchmarks/results/reproduce/<scale>/``, each with its wall
+time, so an interrupted run resumes where it stopped; ``--budget-minutes`` stops starting new
+runs after a while, ``--report-only`` rewrites the report from the cache (saying, per group,
+how many runs are missing, and per claim at which scale, on how many functions and with how
+much run time it ran), ``--workers`` runs functions in parallel, ``--groups`` picks sections.
+
+Several processes or machines share a full run with ``--shard K/N`` (a fixed split of all the
+runs, so shards started at any time are disjoint; each writes to the same cache and no report)::
+
+    python benchmarks/reproduce.py --scale full --shard 1/8    # ... up to --shard 8/8
+    python benchmarks/reproduce.py --scale full --report-only  # once every shard is done
+
+The cache's ``PROVENANCE.json`` records the scale and the digest of the code that computes
+the results (``optuna_fedbo/`` and the drivers of ``reproduce_infra.DRIVERS``; not the
+``reproduce*.py`` files, which only wire the drivers, and whose FTS cache keys hold each
+method's configuration), plus the git commits that wrote to it. A cache from other code or
+another scale is refused (exit status 2); ``--rebuild-cache`` moves it aside and starts afresh;
+``--accept-cache-from-other-code`` continues it at the same scale, and the report names every
+code digest it mixes (for a long run that a fix elsewhere in the library would otherwise void).
+
+Cost of ``--scale full`` (measured 2026-11-27 on this 2-core x86_64 machine class, CPU seconds
+of one process, i.e. the wall time on an idle core; the machine was loaded, so wall times then
+were 4-6x longer). FTS family, 660 runs + 4 pilots: one N = 200 run costs about 19 s (local
+TS), 60 s (FTS-DE) and 75 s (DP-FTS-DE) at T = 40 (extrapolated from T = 5, 10, 20: 16, 24, 35 s
+for FTS-DE; 19, 43 s at T = 5, 20 for DP-FTS-DE), an N = 50 run about a quarter: about 9 CPU
+hours in all (260 DP runs at N = 200 are two thirds of it). Fed-PNE, 520 runs: about 2 minutes
+without HCT (0.1-0.9 s per run); HCT's 80 runs need PyXAB (not installed where this was
+measured; not timed). LDP-BO, 320 runs: 6 s per practical run, 3 s per paper run of a
+CTL(epsilon) setting, but 65 s per paper run with heavy-tailed noise (ATA's unbounded
+dictionary): about 1.1 hours. In all about 10 CPU hours plus HCT: ``--shard K/8`` on four such
+machines (two shards each, ``--workers 1``) is about 1.5 hours per machine idle; two shards on
+one idle machine about 5-6 hours.
 
 The drivers of the individual benchmarks are reused: ``federation_synthetic.py`` (the FTS/DE
 synthetic problems, local TS, the federation runner), ``privacy_accounting.py`` (the papers'
@@ -31,7 +57,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
-from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from dataclasses import replace  # noqa: E402
 import logging  # noqa: E402
@@ -48,6 +73,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import federation_synthetic as fs  # noqa: E402
 import numpy as np  # noqa: E402
 import optuna  # noqa: E402
+import reproduce_fedpne as rf  # noqa: E402
+import reproduce_infra as infra  # noqa: E402
+import reproduce_ldp as rl  # noqa: E402
 import seedstats as st  # noqa: E402
 
 from optuna_fedbo.federation import FTSConfig  # noqa: E402
@@ -254,13 +282,21 @@ def fts_family_tasks(scale: Scale) -> list[Task]:
     ]
 
 
-def _pilot_norms(scale: Scale, n_subregions: int, cache: st.ResultCache) -> list[float]:
-    """Upload norms of a non-private pilot run on functions that are not evaluated."""
+def _pilot_norms(
+    scale: Scale, n_subregions: int, cache: st.ResultCache, compute: bool
+) -> list[float] | None:
+    """Upload norms of a non-private pilot run on functions that are not evaluated.
+
+    Every shard runs missing pilots itself (they are deterministic: concurrent shards write
+    the same values); with ``compute=False`` a missing pilot gives ``None``.
+    """
     norms: list[float] = []
     protocol = presets.modified_fts_synthetic() if n_subregions == 1 else _synthetic()
     for index in range(scale.pilot_functions):
         seed = 10_000 + index
         found = cache.get("pilot", f"P{n_subregions}-N{scale.agents}", seed)
+        if found is None and not compute:
+            return None
         if found is None:
             functions = Problem("similar", 0.02, scale.agents).functions(seed)
             result = fs.run_federated(functions, scale.rounds, seed, protocol)
@@ -270,16 +306,18 @@ def _pilot_norms(scale: Scale, n_subregions: int, cache: st.ResultCache) -> list
     return norms
 
 
-def clip_norms(scale: Scale, cache: st.ResultCache) -> dict[str, float]:
-    """S for DP-FTS-DE (P = 2) and DP-FTS (P = 1), clipping CLIPPED_FRACTION of the pilot's."""
-    return {
-        "de": presets.clip_norm_for_fraction(
-            _pilot_norms(scale, 2, cache), n_subregions=2, clipped_fraction=CLIPPED_FRACTION
-        ),
-        "fts": presets.clip_norm_for_fraction(
-            _pilot_norms(scale, 1, cache), n_subregions=1, clipped_fraction=CLIPPED_FRACTION
-        ),
-    }
+def clip_norms(scale: Scale, cache: st.ResultCache, compute: bool = True) -> dict[str, float]:
+    """S for DP-FTS-DE (P = 2) and DP-FTS (P = 1), clipping CLIPPED_FRACTION of the pilot's;
+    ``{}`` when a pilot is missing and ``compute`` is false (``--report-only``)."""
+    clips = {}
+    for name, n_subregions in (("de", 2), ("fts", 1)):
+        norms = _pilot_norms(scale, n_subregions, cache, compute)
+        if norms is None:
+            return {}
+        clips[name] = presets.clip_norm_for_fraction(
+            norms, n_subregions=n_subregions, clipped_fraction=CLIPPED_FRACTION
+        )
+    return clips
 
 
 def _task_key(task: Task, clips: dict[str, float]) -> tuple[str, str, int]:
@@ -335,25 +373,32 @@ def _worker(job: tuple[Task, Scale, dict[str, float], str]) -> str:
     return f"{key[0]} / {key[1]} / function {key[2]}"
 
 
+def ordered_fts_tasks(scale: Scale) -> list[Task]:
+    """Every FTS-family task in the fixed order the shards split (tier, then function)."""
+    return sorted(fts_family_tasks(scale), key=lambda t: (t.tier, t.seed))
+
+
 def run_fts_family(
     scale: Scale,
     cache: st.ResultCache,
     workers: int,
     deadline: float,
     tiers: tuple[int, int] = (0, 3),
+    shard: tuple[int, int] = (1, 1),
 ) -> dict[str, float]:
-    """Run every missing task, tier by tier, until the deadline; return the clip norms."""
+    """Run this shard's missing tasks, tier by tier, until the deadline; return the clip norms."""
     min_tier, max_tier = tiers
     clips = clip_norms(scale, cache)
-    tasks = [t for t in fts_family_tasks(scale) if min_tier <= t.tier <= max_tier]
-    tasks.sort(key=lambda t: (t.tier, t.seed))
+    mine = infra.shard_of(ordered_fts_tasks(scale), shard)
+    tasks = [t for t in mine if min_tier <= t.tier <= max_tier]
     todo = [
         (t, scale, clips, str(cache.root))
         for t in tasks
         if cache.get(*_task_key(t, clips)) is None
     ]
     print(
-        f"FTS family: {len(tasks) - len(todo)} of {len(tasks)} runs cached; S = {clips}",
+        f"FTS family, shard {shard[0]}/{shard[1]}: {len(tasks) - len(todo)} of {len(tasks)} "
+        f"runs cached; S = {clips}",
         flush=True,
     )
     if not todo:
@@ -367,89 +412,6 @@ def run_fts_family(
                 pool.terminate()
                 break
     return clips
-
-
-# ------------------------------------------------------------------------------ Fed-PNE runs
-def run_fedpne(scale: Scale, cache: st.ResultCache, deadline: float) -> None:
-    """Fed-PNE against central HCT, by number of clients, and its communication."""
-    import fedpne_synthetic as fp
-
-    jobs: list[tuple[tuple[Any, ...], Callable[[], Any]]] = []
-    for name in fp.FUNCTIONS:
-        for seed in range(scale.fedpne_seeds):
-            horizon = scale.fedpne_horizon
-            for m in scale.clients:
-                jobs.append(
-                    (
-                        (f"fedpne-{name}-T{horizon}", f"Fed-PNE M={m}", seed),
-                        lambda n=name, m=m, s=seed, h=horizon: fp.fedpne_curve(n, m, h, s),
-                    )
-                )
-            jobs.append(
-                (
-                    (f"fedpne-{name}-T{horizon}", "random search M=10", seed),
-                    lambda n=name, s=seed, h=horizon: fp.random_curve(n, 10, h, s),
-                )
-            )
-            if fp.HCT is not None:
-                for rho in (0.75, 0.5):
-                    jobs.append(
-                        (
-                            (f"fedpne-{name}-T{horizon}", f"HCT central rho={rho}", seed),
-                            lambda n=name, s=seed, r=rho, h=horizon: fp.hct_curve(n, h, s, r),
-                        )
-                    )
-            for horizon_t in scale.comm_horizons:
-                jobs.append(
-                    (
-                        (f"fedpne-comm-{name}", f"T={horizon_t}", seed),
-                        lambda n=name, s=seed, t=horizon_t: fp.communication(n, 10, t, s),
-                    )
-                )
-
-    for key, make in jobs:
-        if cache.get(*key) is not None:
-            continue
-        if time.time() > deadline:
-            print("Time budget spent in Fed-PNE.")
-            return
-        value = make()
-        cache.put({"value": np.asarray(value).tolist()}, *key)
-    print(f"Fed-PNE: {len(jobs)} results", flush=True)
-
-
-# ---------------------------------------------------------------------------------- LDP runs
-LDP_METHODS = ("tgp", "ata", "moma", "moma-k")
-LDP_EPSILONS = (0.5, 1.0, 2.0)
-
-
-def ldp_settings() -> list[str]:
-    return [f"LDP {k}, eps={e:g}" for k in ("SE", "Matern") for e in LDP_EPSILONS] + [
-        f"heavy-tailed {k}, Student-t(3)" for k in ("SE", "Matern")
-    ]
-
-
-def run_ldp(scale: Scale, cache: st.ResultCache, deadline: float) -> None:
-    """The three LDP algorithms (and their non-private versions on heavy-tailed noise)."""
-    import ldp_heavy_tailed as lh
-    import ldp_synthetic as ls
-
-    for setting in ldp_settings():
-        kernel = "SE" if " SE" in setting else "Matern"
-        for seed in range(scale.ldp_seeds):
-            key = (f"ldp-T{scale.ldp_horizon}", setting, seed)
-            if cache.get(*key) is not None:
-                continue
-            if time.time() > deadline:
-                print("Time budget spent in LDP.")
-                return
-            if setting.startswith("LDP"):
-                epsilon = float(setting.split("eps=")[1])
-                curves = ls.run_setting(kernel, epsilon, [seed], scale.ldp_horizon, LDP_METHODS)
-            else:
-                curves = lh.run_setting(kernel, [seed], scale.ldp_horizon, LDP_METHODS)
-            cache.put({m: curves[m][0].tolist() for m in LDP_METHODS}, *key)
-    print("LDP: done", flush=True)
 
 
 # ------------------------------------------------------------------------------------ report
@@ -475,13 +437,15 @@ class Results:
                     out[task.seed] = found
         return out
 
-    def curves(self, problem: Problem, label: str) -> dict[int, np.ndarray]:
-        return {s: np.asarray(r["curve"]) for s, r in self.records(problem, label).items()}
+    def curves(self, problem: Problem, label: str) -> infra.Timed:
+        """``{function: regret curve}``, with the run time of those runs."""
+        return infra.Timed.of(self.records(problem, label), lambda r: np.asarray(r["curve"]))
 
 
-def _metric(curves: dict[int, np.ndarray], final: bool) -> dict[int, float]:
+def _metric(curves: infra.Timed, final: bool) -> infra.Timed:
     """Per function: regret at t = T (``final``) or the mean simple regret over t = 1..T."""
-    return {s: float(c[-1] if final else c[1:].mean()) for s, c in curves.items()}
+    values = {s: float(c[-1] if final else c[1:].mean()) for s, c in curves.items()}
+    return infra.Timed(values, getattr(curves, "seconds", None))
 
 
 class Report:
@@ -492,8 +456,21 @@ class Report:
         self.claims: list[list[str]] = []
         self.sections: list[str] = []
 
-    def claim(self, paper: str, where: str, claim: str, theirs: str, ours: str, verdict: str):
-        self.claims.append([paper, where, claim, theirs, ours, verdict])
+    def claim(
+        self,
+        paper: str,
+        where: str,
+        claim: str,
+        theirs: str,
+        ours: str,
+        verdict: str,
+        seconds: float | None = None,
+        functions: int | None = None,
+    ) -> None:
+        ran = "-" if functions is None else f"{self.scale.name}, {functions} functions"
+        if seconds is not None:
+            ran += f", {infra.format_duration(seconds)}"
+        self.claims.append([paper, where, claim, theirs, ours, verdict, ran])
 
     def missing(self, paper: str, where: str, claim: str, theirs: str, why: str) -> None:
         why = why if why.startswith("not run") else f"not run: {why}"
@@ -512,14 +489,16 @@ class Report:
         """Record the claim "better < worse" from per-function values (paired)."""
         seeds = sorted(set(better) & set(worse))
         if len(seeds) < 2:
-            self.missing(paper, where, claim, theirs, "not run at this scale (time budget)")
+            self.missing(paper, where, claim, theirs, _missing_runs(len(seeds)))
             return None
         comparison = st.compare([better[s] for s in seeds], [worse[s] for s in seeds])
         ours = (
             f"{comparison.mean_a:.{digits}g} vs {comparison.mean_b:.{digits}g}; "
             f"{comparison.text()}"
         )
-        self.claim(paper, where, claim, theirs, ours, st.ordering_verdict(comparison))
+        seconds = infra.row_seconds(better, worse, seeds=seeds)
+        verdict = st.ordering_verdict(comparison)
+        self.claim(paper, where, claim, theirs, ours, verdict, seconds, len(seeds))
         return comparison
 
     def comparable(
@@ -533,14 +512,23 @@ class Report:
     ) -> None:
         seeds = sorted(set(a) & set(b))
         if len(seeds) < 2:
-            self.missing(paper, where, claim, theirs, "not run at this scale (time budget)")
+            self.missing(paper, where, claim, theirs, _missing_runs(len(seeds)))
             return
         comparison = st.compare([a[s] for s in seeds], [b[s] for s in seeds])
         ours = (
             f"{comparison.mean_a:.4g} vs {comparison.mean_b:.4g} (ratio {comparison.ratio:.2f}); "
             f"two-sided p = {comparison.p_two_sided:.3g}, {comparison.wins}/{comparison.n} lower"
         )
-        self.claim(paper, where, claim, theirs, ours, st.comparable_verdict(comparison))
+        verdict = st.comparable_verdict(comparison)
+        seconds = infra.row_seconds(a, b, seeds=seeds)
+        self.claim(paper, where, claim, theirs, ours, verdict, seconds, len(seeds))
+
+
+def _missing_runs(paired: int) -> str:
+    return (
+        f"not run: {paired} paired function(s) in the cache (runs missing: run the remaining "
+        "shards, or without --budget-minutes)"
+    )
 
 
 def _figure(panels: int, width: float = 5.2, height: float = 3.9) -> tuple[Any, Any]:
@@ -579,7 +567,7 @@ def _method_table(results: Results, problem: Problem, labels: list[str]) -> str:
         if not records:
             rows.append([label, "not run", "", "", ""])
             continue
-        curves = {s: np.asarray(r["curve"]) for s, r in records.items()}
+        curves = infra.Timed.of(records, lambda r: np.asarray(r["curve"]))
         clipped = sum(r.get("clipped", 0) for r in records.values())
         contributed = sum(r.get("contributed", 0) for r in records.values())
         rows.append(
@@ -1057,238 +1045,50 @@ def fts_section(report: Report, results: Results) -> None:
     report.sections.append("\n".join(text))
 
 
-def fedpne_section(report: Report, cache: st.ResultCache) -> None:
-    import fedpne_synthetic as fp
-
-    scale = report.scale
-    paper = "Fed-PNE"
-    horizon = scale.fedpne_horizon
-    text = [
-        "## Fed-PNE (Li et al., AAAI 2024)\n",
-        f"Garland and DoubleSine (App. E.2) with per-client perturbations that average to the "
-        f"global objective, noise U(-0.1, 0.1); Fed-PNE with the paper's constants "
-        f"(`fed_pne()`: nu1 = 1, rho = 0.5, c = 0.1, c1 = 1, random binary partition), "
-        f"T = {horizon} pulls per client, {scale.fedpne_seeds} seeds (each a new perturbation "
-        "draw and noise). As in Remark 4.1, Fed-PNE's regret is the average cumulative regret "
-        "per client, HCT's (PyXAB, run centrally on the global objective) per evaluation.\n",
-    ]
-    fig, axes = _figure(len(fp.FUNCTIONS) + 1)
-    for axis, name in zip(axes, fp.FUNCTIONS):
-        group = f"fedpne-{name}-T{horizon}"
-        labels = [
-            "Fed-PNE M=10",
-            "HCT central rho=0.75",
-            "HCT central rho=0.5",
-            "random search M=10",
-        ]
-        runs = {}
-        for label in labels:
-            values = {
-                s: np.asarray(v["value"])
-                for s in range(scale.fedpne_seeds)
-                if (v := cache.get(group, label, s)) is not None
-            }
-            if values:
-                runs[label] = values
-        rows = [
-            [label, len(v), st.cell([c[-1] for c in v.values()], 1)] for label, v in runs.items()
-        ]
-        text.append(f"### {name}\n")
-        text.append(
-            st.markdown_table(["method", "seeds", f"cumulative regret at T={horizon}"], rows)
-        )
-        final = {label: {s: float(c[-1]) for s, c in v.items()} for label, v in runs.items()}
-        for hct in ("HCT central rho=0.75", "HCT central rho=0.5"):
-            if "Fed-PNE M=10" in final and hct in final:
-                report.ordering(
-                    paper,
-                    f"Fig. 2a/b ({name})",
-                    f"Fed-PNE (M=10) beats {hct}",
-                    "Fed-PNE lowest",
-                    final["Fed-PNE M=10"],
-                    final[hct],
-                    digits=4,
-                )
-            else:
-                report.missing(
-                    paper,
-                    f"Fig. 2a/b ({name})",
-                    f"Fed-PNE beats {hct}",
-                    "Fed-PNE lowest",
-                    "PyXAB missing or time budget",
-                )
-        st.plot_curves(
-            axis,
-            {k: np.stack(list(v.values())) for k, v in runs.items()},
-            x=np.arange(1, horizon + 1),
-            title=f"Fig. 2: {name}",
-            xlabel="round t",
-            ylabel="cumulative regret",
-            log=False,
-        )
-        clients = {}
-        for m in scale.clients:
-            values = {
-                s: float(v["value"][-1])
-                for s in range(scale.fedpne_seeds)
-                if (v := cache.get(group, f"Fed-PNE M={m}", s)) is not None
-            }
-            clients[m] = values
-        text.append(
-            st.markdown_table(
-                ["clients M", "seeds", f"average cumulative regret per client at T={horizon}"],
-                [[m, len(v), st.cell(list(v.values()), 1)] for m, v in clients.items()],
-            )
-        )
-        for small, large in zip(scale.clients, scale.clients[1:]):
-            report.ordering(
-                paper,
-                f"Fig. 6 / App. E.3 ({name})",
-                f"more clients help: M={large} beats M={small}",
-                "lower with more M",
-                clients[large],
-                clients[small],
-                digits=4,
-            )
-    axis = axes[-1]
-    for name in fp.FUNCTIONS:
-        rows, means = [], []
-        for t in scale.comm_horizons:
-            values = [
-                cache.get(f"fedpne-comm-{name}", f"T={t}", s) for s in range(scale.fedpne_seeds)
-            ]
-            values = [v["value"] for v in values if v is not None]
-            if not values:
-                continue
-            rounds = np.array([v[0] for v in values], dtype=float)
-            nodes = np.array([v[1] for v in values], dtype=float)
-            means.append((t, rounds.mean()))
-            rows.append(
-                [
-                    t,
-                    len(values),
-                    f"{rounds.mean():.1f}",
-                    f"{nodes.mean():.1f}",
-                    f"{fp.rounds_bound(10, t):.1f}",
-                ]
-            )
-        text.append(f"Communication, {name} (M = 10):\n")
-        text.append(
-            st.markdown_table(
-                ["T", "seeds", "rounds", "nodes per client", "Eqn. (37) bound"], rows
-            )
-        )
-        if len(means) >= 3:
-            ts, rs = np.array(means).T
-            slope, intercept = np.polyfit(np.log(ts), rs, 1)
-            predicted = slope * np.log(ts) + intercept
-            r2 = 1 - np.sum((rs - predicted) ** 2) / max(np.sum((rs - rs.mean()) ** 2), 1e-12)
-            linear = np.polyfit(ts, rs, 1)
-            r2_linear = 1 - np.sum((rs - np.polyval(linear, ts)) ** 2) / max(
-                np.sum((rs - rs.mean()) ** 2), 1e-12
-            )
-            under = all(r <= fp.rounds_bound(10, t) for t, r in means)
-            report.claim(
-                paper,
-                f"Fig. 7 / App. E.4 ({name})",
-                "communication rounds are logarithmic in T",
-                "log T",
-                f"rounds = {slope:.2f} ln T + {intercept:.1f}, R^2 = {r2:.3f} (linear in "
-                f"T: R^2 = {r2_linear:.3f}); under the log-T bound of Eqn. (37) at every T: "
-                f"{under}",
-                "**reproduced**" if r2 > r2_linear and under else "**not reproduced**",
-            )
-            axis.plot(ts, rs, marker="o", label=name)
-    axis.set_xscale("log")
-    axis.set_xlabel("horizon T")
-    axis.set_ylabel("communication rounds (M = 10)")
-    axis.set_title("Fig. 7: rounds vs T")
-    axis.legend(fontsize=7)
-    text.append(_save(fig, "fedpne_fig2_fig7.png") + "\n")
-    report.missing(
-        paper,
-        "Fig. 2c/d, 8",
-        "landmine, COVID-19 dosage, MNIST: Fed-PNE lowest regret",
-        "Fed-PNE lowest",
-        "not run: data/simulators not shipped",
+def provenance_lines(cache: st.ResultCache) -> list[str]:
+    """Which code produced the cached results (the cache's ``PROVENANCE.json``)."""
+    found = infra.Provenance.read(cache.root)
+    if found is None:
+        return ["**Provenance**: the cache has no PROVENANCE.json (no results yet).\n"]
+    line = (
+        f"**Provenance**: results computed by code digest `{found.code[:12]}` (optuna_fedbo/ "
+        f"and the benchmark drivers), commits {', '.join(found.commits) or 'unknown'}."
     )
-    report.missing(
-        paper,
-        "Fig. 2, 3, 4",
-        "against KernelTS, Fed1-UCB, FN-UCB, BO, BBO",
-        "Fed-PNE lowest",
-        "not run: those baselines are not implemented here "
-        "(benchmarks/fedpne_baselines.py compares Optuna's TPE and random search)",
-    )
-    report.sections.append("\n".join(text))
+    if found.accepted_codes:
+        line += (
+            " **Mixed**: --accept-cache-from-other-code added runs of code "
+            + ", ".join(f"`{c[:12]}`" for c in found.accepted_codes)
+            + "."
+        )
+    current = infra.code_digest()
+    if current != found.code and current not in found.accepted_codes:
+        line += f" The code now is `{current[:12]}`: this report is from older results."
+    return [line + "\n"]
 
 
-def ldp_section(report: Report, cache: st.ResultCache) -> None:
-    scale = report.scale
-    paper = "LDP-BO"
-    horizon = scale.ldp_horizon
-    text = [
-        "## LDP-BO (Zhou and Tan, AAAI 2021)\n",
-        f'The synthetic problem of "Datasets and Settings" (100 points of [0, 1], f a sum of '
-        f"100 kernel bumps, SE and Matern(2.5) kernels with l = 0.2): rewards through CTL(eps) "
-        f"with U[-1, 1] noise (Fig. 2a-c) and, without privacy, Student-t(3) noise (Fig. 2d-f); "
-        f"T = {horizon}, {scale.ldp_seeds} seeds, a new f per seed (as in the paper). "
-        '`moma-k` is MoMA with the "order-wise similar" epoch length ceil(ln(4eT/delta)) '
-        "the experiments use; `moma` uses the theorem's 24x longer epochs.\n",
-    ]
-    settings = ldp_settings()
-    fig, axes = _figure(4)
-    figure_two = fig
-    rows = []
-    for index, setting in enumerate(settings):
-        values = [cache.get(f"ldp-T{horizon}", setting, s) for s in range(scale.ldp_seeds)]
-        values = {s: v for s, v in enumerate(values) if v is not None}
-        if not values:
-            report.missing(
-                paper,
-                "Fig. 2",
-                f"{setting}: MoMA lowest",
-                "MoMA lowest",
-                "not run at this scale (time budget)",
-            )
-            continue
-        final = {m: {s: v[m][-1] for s, v in values.items()} for m in LDP_METHODS}
-        rows.append(
-            [setting, len(values)] + [st.cell(list(final[m].values()), 0) for m in LDP_METHODS]
+def coverage_lines(
+    scale: Scale, cache: st.ResultCache, clips: dict[str, float] | None, groups: set[str]
+) -> list[str]:
+    """Per group: runs in the cache out of the scale's runs, and their summed run time."""
+    keys: dict[str, list[tuple[Any, ...]]] = {}
+    if "fts" in groups:
+        tasks = ordered_fts_tasks(scale)
+        keys["FTS family"] = [_task_key(t, clips) for t in tasks] if clips else []
+        if not clips:
+            return ["**Coverage**: FTS family: the pilot runs are missing (no FTS claims).\n"]
+    if "fedpne" in groups:
+        keys["Fed-PNE"] = [key for key, _ in rf.fedpne_jobs(scale)]
+    if "ldp" in groups:
+        keys["LDP-BO"] = [key for key, _ in rl.ldp_jobs(scale)]
+    parts = []
+    for name, group in keys.items():
+        found = [r for key in group if (r := cache.get(*key)) is not None]
+        seconds = sum(float(r.get("seconds", 0.0)) for r in found)
+        parts.append(
+            f"{name}: {infra.coverage(len(found), len(group))} "
+            f"({infra.format_duration(seconds)} of run time)"
         )
-        where = "Fig. 2a-c" if setting.startswith("LDP") else "Fig. 2d-f"
-        for other in ("tgp", "ata"):
-            report.ordering(
-                paper,
-                f"{where} ({setting})",
-                f"MoMA (moma-k) beats {other.upper()}",
-                "MoMA lowest",
-                final["moma-k"],
-                final[other],
-                digits=4,
-            )
-        if index in (1, 4, 6, 7):
-            axis = axes[[1, 4, 6, 7].index(index)]
-            st.plot_curves(
-                axis,
-                {m: np.stack([np.asarray(v[m]) for v in values.values()]) for m in LDP_METHODS},
-                x=np.arange(1, horizon + 1),
-                title=setting,
-                xlabel="t",
-                ylabel="cumulative regret",
-                log=False,
-            )
-    text.append(st.markdown_table(["setting", "seeds", *[f"{m}: R_T" for m in LDP_METHODS]], rows))
-    text.append(_save(figure_two, "ldp_fig2.png") + "\n")
-    report.missing(
-        paper,
-        "Fig. 2c, 2e-f",
-        "light-sensor and stock data",
-        "MoMA lowest",
-        "not run: the data sets are not shipped (benchmarks/ldp_dataset.py runs an "
-        "analogue on scikit-learn's digits)",
-    )
-    report.sections.append("\n".join(text))
+    return ["**Coverage**: " + "; ".join(parts) + ".\n"]
 
 
 def write_report(
@@ -1299,16 +1099,16 @@ def write_report(
     seconds: float,
 ) -> None:
     report = Report(scale)
-    if "fts" in groups and clips is not None:
+    if "fts" in groups and clips:
         dp_fts_de_section(report, Results(scale, cache, clips, n_init=fs.N_INIT))
         fts_section(report, Results(scale, cache, clips, n_init=1))
     if "fedpne" in groups:
-        fedpne_section(report, cache)
+        rf.fedpne_section(report, cache, _figure, _save)
     if "ldp" in groups:
-        ldp_section(report, cache)
+        rl.ldp_section(report, cache, _figure, _save)
     counts = dict.fromkeys(("reproduced", "not significant", "not reproduced", "not run"), 0)
     for row in report.claims:
-        counts[st.category(row[-1])] += 1
+        counts[st.category(row[5])] += 1
     header = [
         "# Reproduction of the papers' claims\n",
         "Generated by `python benchmarks/reproduce.py --scale "
@@ -1316,6 +1116,8 @@ def write_report(
         f"{seconds / 60:.0f} min of this run on {platform.machine()}; cached results reused). "
         "Do not edit by hand.\n",
         f"**Scale `{scale.name}`**: {scale}.\n",
+        *provenance_lines(cache),
+        *coverage_lines(scale, cache, clips, groups),
         "How to read it: every claim is tested on the same seed functions for both sides "
         "(paired); 'ours' gives both means, the wins of the first out of the functions and a "
         f"one-sided Wilcoxon signed-rank p-value. **reproduced**: the paper's ordering holds "
@@ -1326,7 +1128,8 @@ def write_report(
         "Summary: " + ", ".join(f"{v} {k}" for k, v in counts.items()) + ".\n",
         "## Claims\n",
         st.markdown_table(
-            ["paper", "where", "claim", "paper's", "ours", "verdict"], report.claims
+            ["paper", "where", "claim", "paper's", "ours", "verdict", "ran at (runs' time)"],
+            report.claims,
         ),
     ]
     REPORT.write_text("\n".join(header + report.sections), encoding="utf-8")
@@ -1359,32 +1162,70 @@ def main() -> None:
         "--min-tier", type=int, default=0, help="FTS-family runs from this tier on"
     )
     parser.add_argument(
-        "--report-only", action="store_true", help="rewrite the report from the cache"
+        "--report-only",
+        action="store_true",
+        help="rewrite the report from the cache (after every shard is done); says what is missing",
     )
-
+    parser.add_argument(
+        "--shard",
+        default=None,
+        help="K/N: run only the K-th of N deterministic parts of the runs (several processes or "
+        "machines sharing one cache); writes no report",
+    )
+    parser.add_argument(
+        "--rebuild-cache",
+        action="store_true",
+        help="move a cache written by other code or at another scale aside and start afresh",
+    )
+    parser.add_argument(
+        "--accept-cache-from-other-code",
+        action="store_true",
+        help="continue a cache written by other code at the same scale; the report lists "
+        "every code digest it mixes",
+    )
     args = parser.parse_args()
-    scale = SCALES[args.scale]
-    groups = set(args.groups.split(","))
+    try:
+        shard = infra.parse_shard(args.shard)
+        groups = set(args.groups.split(","))
+        if not groups <= {"fts", "fedpne", "ldp"}:
+            raise ValueError(f"--groups takes fts, fedpne, ldp, got {args.groups!r}.")
+        scale = SCALES[args.scale]
+        cache = st.ResultCache(CACHE / scale.name)
+        if args.report_only:
+            infra.check_scale(cache.root, scale)
+        else:
+            infra.open_cache(
+                cache.root,
+                scale,
+                infra.code_digest(),
+                infra.git_commit(),
+                rebuild=args.rebuild_cache,
+                accept_other_code=args.accept_cache_from_other_code,
+            )
+    except (ValueError, infra.CacheMismatch) as error:
+        print(f"reproduce.py: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     logging.getLogger("optuna_fedbo").setLevel(logging.ERROR)
-    cache = st.ResultCache(CACHE / scale.name)
     start = time.time()
     deadline = np.inf if args.budget_minutes is None else start + 60 * args.budget_minutes
-    if args.report_only:
-        deadline = -np.inf
     clips = None
-    if "fts" in groups:
-        if args.report_only:
-            clips = clip_norms(scale, cache)
-        else:
-            clips = run_fts_family(
-                scale, cache, args.workers, deadline, (args.min_tier, args.max_tier)
-            )
-    if not args.report_only:
+    if args.report_only:
+        clips = clip_norms(scale, cache, compute=False) if "fts" in groups else None
+    else:
+        if "fts" in groups:
+            tiers = (args.min_tier, args.max_tier)
+            clips = run_fts_family(scale, cache, args.workers, deadline, tiers, shard)
         if "fedpne" in groups:
-            run_fedpne(scale, cache, deadline)
+            infra.run_jobs("Fed-PNE", rf.fedpne_jobs(scale), cache, deadline, shard)
         if "ldp" in groups:
-            run_ldp(scale, cache, deadline)
+            infra.run_jobs("LDP", rl.ldp_jobs(scale), cache, deadline, shard)
+    if shard[1] > 1:
+        print(
+            f"shard {shard[0]}/{shard[1]} done; when every shard is: "
+            f"python benchmarks/reproduce.py --scale {scale.name} --report-only"
+        )
+        return
     write_report(scale, cache, clips, groups, time.time() - start)
 
 

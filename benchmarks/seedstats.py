@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 import json
 import math
+import os
 from pathlib import Path
 import re
 from typing import Any
@@ -191,6 +192,7 @@ class ResultCache:
     def put(self, value: dict[str, Any], *key: object) -> None:
         path = self.path(*key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(".tmp")
+        # A name per process: shards sharing the cache may write the same key (the pilots).
+        temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         temporary.write_text(json.dumps(value), encoding="utf-8")
         temporary.replace(path)

@@ -13,8 +13,10 @@ Compared, on the same sites and seeds:
   own GP with the federation's broadcast as a prior mean, weighted by how well it predicts the
   site's own trials, and dropped while the GP alone predicts the site's new trials better. Only
   a random-feature vector per round leaves a site; its trials stay in its own study. The
-  federation's state (keys, uploads, broadcasts) lives in an embedded SQLite file in a temporary
-  directory, or in the storage given by ``--storage``;
+  federation's state (uploads, broadcasts) lives in an embedded SQLite file in a temporary
+  directory, or in the storage given by ``--storage``; each federation is deleted with its keys
+  (:func:`optuna_fedbo.delete_federation`) once its run is over, so the job leaves nothing in
+  the key folder;
 * each site alone with Optuna's stock samplers: ``TPE``, ``random``, ``QMC``, ``CMA-ES`` and
   ``GP`` (:class:`optuna.samplers.GPSampler`, when torch is installed), and with the default's
   local model alone (``local GP``).
@@ -22,10 +24,12 @@ Compared, on the same sites and seeds:
 The table shows the gap to the best accuracy any method found on the site (mean over sites and
 repeats; lower is better) after 5, 10 and 15 trials, each method's ratio to the best stock
 sampler, and the mean rank after 15 trials (ties share their average rank). A plot of the gap
-per trial is saved beside this file as ``federated_svc.png``.
+per trial is saved as ``examples/results/federated_svc.png`` (not tracked by git; ``--plot``
+writes it elsewhere).
 
 Run: ``python examples/federated_svc.py`` (about two to three minutes on two cores);
-``--sites``, ``--trials``, ``--repeats``, ``--seed`` and ``--storage`` change the setting.
+``--sites``, ``--trials``, ``--repeats``, ``--seed``, ``--storage`` and ``--plot`` change the
+setting.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import argparse
 import os
 import tempfile
 import time
+import uuid
 import warnings
 
 import numpy as np
@@ -44,6 +49,7 @@ from sklearn.model_selection import cross_val_score
 from sklearn.model_selection import StratifiedKFold
 from sklearn.svm import SVC
 
+from optuna_fedbo import delete_federation
 from optuna_fedbo import FTSConfig
 from optuna_fedbo import LocalGPSampler
 from optuna_fedbo.datasets import label_skewed_shards
@@ -89,17 +95,28 @@ def best_curves(studies: list[optuna.Study], n_trials: int) -> np.ndarray:
 
 
 def run_federated(objectives, n_trials: int, seed: int, storage: str | None):
+    """One federation over ``storage``, deleted with its keys afterwards (the sites' studies,
+    in memory, are returned)."""
     protocol = FTSConfig()
-    result = simulate(
-        objectives,
-        search_space=SEARCH_SPACE,
-        n_rounds=n_trials - protocol.n_init,
-        protocol=protocol,
-        direction="maximize",
-        seed=seed,
-        storage=storage,
-        progress=False,
-    )
+    name = f"svc-{seed}-{uuid.uuid4().hex[:8]}"  # unique: never another run's federation
+    try:
+        result = simulate(
+            objectives,
+            search_space=SEARCH_SPACE,
+            n_rounds=n_trials - protocol.n_init,
+            protocol=protocol,
+            direction="maximize",
+            seed=seed,
+            storage=storage,
+            name=name,
+            progress=False,
+        )
+    finally:
+        if storage is not None:  # in memory, nothing was written
+            try:
+                delete_federation(name, storage)
+            except KeyError:  # it was never created
+                pass
     return result.studies
 
 
@@ -138,6 +155,13 @@ def main() -> None:
         "--storage",
         default=None,
         help="Federation storage URL, or 'memory' (default: a SQLite file in a temporary dir).",
+    )
+    parser.add_argument(
+        "--plot",
+        default=os.path.join(
+            os.path.dirname(os.path.abspath(__file__)), "results", "federated_svc.png"
+        ),
+        help="Where to save the plot (default: examples/results/federated_svc.png, untracked).",
     )
     args = parser.parse_args()
     workdir = None
@@ -215,10 +239,10 @@ def report(curves, seconds, stock, args) -> None:
             f"after {c:2d} trials: best is {winner}; the federation's gap is {ratio:.2f}x that of "
             f"the best stock sampler ({ref})."
         )
-    plot(names, mean_gap)
+    plot(names, mean_gap, args.plot)
 
 
-def plot(names, mean_gap) -> None:
+def plot(names, mean_gap, path: str) -> None:
     try:
         import matplotlib
 
@@ -237,7 +261,7 @@ def plot(names, mean_gap) -> None:
     ax.set_title("SVC tuning on 8 label-skewed digits sites")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "federated_svc.png")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=110)
     print(f"plot saved to {path}")
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from optuna_fedbo.federation import delete_federation
 from optuna_fedbo.federation import DPConfig
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FedPNEConfig
 from optuna_fedbo.federation import FTSConfig
+from optuna_fedbo.federation import list_federations
 from optuna_fedbo.federation import presets
 from optuna_fedbo.federation import ProtocolConfig
 from optuna_fedbo.federation import RoundReport
@@ -43,6 +45,8 @@ __all__ = [
     "RoundReport",
     "TrialCounts",
     "__version__",
+    "delete_federation",
+    "list_federations",
     "presets",
     "privatize_objective",
     "simulate",

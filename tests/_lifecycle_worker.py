@@ -29,10 +29,11 @@ def main() -> None:
     parser.add_argument("--crash-at", type=int, default=None, help="os._exit at this trial")
     parser.add_argument("--raise-at", type=int, default=None, help="raise at this trial")
     parser.add_argument("--synchronous", action="store_true")
+    parser.add_argument("--sync-timeout", type=float, default=120.0)
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     federation = Federation.load(args.name, args.storage)
-    kwargs = {"synchronous": True, "sync_timeout": 120.0} if args.synchronous else {}
+    kwargs = {"synchronous": True, "sync_timeout": args.sync_timeout} if args.synchronous else {}
     sampler = FedSampler(
         federation,
         client_id=args.client_id,
@@ -56,7 +57,8 @@ def main() -> None:
     study = optuna.create_study(direction="maximize", sampler=sampler)
     study.optimize(objective, n_trials=args.n_trials)
     modes = [t.system_attrs.get("fedbo:mode") for t in study.trials]
-    print(json.dumps({"counts": sampler.counts.to_dict(), "modes": modes}), flush=True)
+    counts = sampler.counts.to_dict()
+    print(json.dumps({"counts": counts, "modes": modes, "pid": os.getpid()}), flush=True)
 
 
 if __name__ == "__main__":

@@ -100,7 +100,7 @@ def _fts_federation(space, private: bool) -> Federation:
         f"conf-{next(_names)}",
         search_space=space,
         n_clients=2,
-        protocol=FTSConfig(n_features=16, n_init=0),
+        protocol=FTSConfig(n_features=16, n_init=0, min_contributors=1),  # the peer alone
         privacy=DPConfig(1.0, 1.0, 5.0) if private else None,
         seed=0,
     )

@@ -32,7 +32,8 @@ _names = itertools.count()
 
 def _federation(space=UNIT, n_clients: int = 2, **protocol) -> Federation:
     # These tests exercise the papers' algorithm; tests/test_fts_default.py the default.
-    config = FTSConfig(**{"n_features": 50, "n_init": 3, **PAPER_ALGORITHM, **protocol})
+    lone = {"min_contributors": 1} if n_clients == 1 else {}  # a round of one is published
+    config = FTSConfig(**{"n_features": 50, "n_init": 3, **PAPER_ALGORITHM, **lone, **protocol})
     return Federation.create(
         f"fed-{next(_names)}", search_space=space, n_clients=n_clients, protocol=config, seed=3
     )
@@ -118,7 +119,7 @@ def _omega_peaked_at(fed: Federation, peak: tuple[float, float]) -> np.ndarray:
 
 
 def test_federated_steps_maximize_the_broadcast_function() -> None:
-    fed = _federation(n_clients=2)
+    fed = _federation(n_clients=2, min_contributors=1)  # the broadcast is c1's alone
     server = FederationServer(fed)
     sampler = FedThompsonSampler(fed, "c0", schedule=lambda t: 0.0, seed=0)
     study = optuna.create_study(direction="maximize", sampler=sampler)

@@ -6,7 +6,6 @@ import itertools
 import json
 import logging
 import math
-import time
 
 import numpy as np
 import optuna
@@ -30,7 +29,6 @@ from optuna_fedbo.federation.config import FederationConfig
 from optuna_fedbo.federation.fedpne.channel import FedPNEChannel
 from optuna_fedbo.federation.fedpne.config import NodeSpace
 from optuna_fedbo.federation.fedpne.messages import encode_means_upload
-from optuna_fedbo.federation.lease import LeaseBook
 from optuna_fedbo.search_space import SearchSpaceEncoder
 
 SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(-5.0, 5.0)}
@@ -211,7 +209,7 @@ def test_a_phase_closes_only_when_everyone_uploaded_and_matches_the_core() -> No
     assert server.step() is None
     assert FedPNEChannel(fed).status().missing == ("c2",)
     # A missing participant that has finished will not upload: the status says so.
-    LeaseBook(fed.store).write("c2", {"heartbeat": time.time(), "ttl": 60.0, "finished": True})
+    fed.lease("c2", ttl=60.0).release()
     status = FedPNEChannel(fed).status()
     assert status.departed == {"c2": "finished"} and "missing        1: c2 (finished)" in (
         status.format()

@@ -118,7 +118,9 @@ def _federation(n_clients: int = 2, **protocol) -> Federation:
         f"default-{next(_names)}",
         search_space=UNIT,
         n_clients=n_clients,
-        protocol=FTSConfig(**{"n_init": 5, **protocol}),
+        protocol=FTSConfig(
+            **{"n_init": 5, **({"min_contributors": 1} if n_clients == 1 else {}), **protocol}
+        ),
         seed=1,
     )
 
@@ -134,7 +136,7 @@ def test_initial_design_is_a_latin_hypercube_over_the_whole_space() -> None:
 
 
 def test_a_late_joiner_uses_the_broadcast_from_its_first_trial() -> None:
-    fed = _federation()
+    fed = _federation(min_contributors=1)  # the first broadcast is of one participant
     early = optuna.create_study(direction="maximize", sampler=FedThompsonSampler(fed, "a", seed=0))
 
     def objective(trial: optuna.Trial) -> float:
@@ -174,7 +176,7 @@ def test_transfer_steps_are_recorded_with_their_broadcast_round() -> None:
 
 
 def test_the_own_gp_replaces_a_broadcast_that_ordered_the_latest_trials_worse() -> None:
-    fed = _federation()
+    fed = _federation(min_contributors=1)  # the first broadcast is of one participant
     sampler = FedThompsonSampler(fed, "a", seed=0)
     study = optuna.create_study(direction="maximize", sampler=sampler)
 

@@ -117,6 +117,27 @@ def test_privacy_never_imports_the_core() -> None:
     assert _offending(modules, ("optuna_fedbo.core",), module_level_only=False) == {}
 
 
+def test_secure_aggregation_core_imports_only_crypto_numpy_and_privacy() -> None:
+    # The protocol core is pure (bytes and arrays in and out): a federation carries its messages
+    # over the storage relay, so it must not know the federation, Optuna or the samplers.
+    modules = [m for m in MODULES if _under(m, "optuna_fedbo.core.secagg")]
+    assert len(modules) >= 8
+    allowed = (
+        "__future__",
+        "optuna_fedbo.core.secagg",
+        "optuna_fedbo.privacy",
+        "numpy",
+        "cryptography",
+        "Crypto",
+        *sys.stdlib_module_names,
+    )
+    found = {
+        m: sorted(i for i in _imports(m, module_level_only=False) if not _under(i, *allowed))
+        for m in modules
+    }
+    assert {m: i for m, i in found.items() if i} == {}
+
+
 def test_shared_federation_machinery_never_imports_a_protocol_package() -> None:
     # Shared modules find protocols through the registry (optuna_fedbo.federation.protocol).
     shared = [

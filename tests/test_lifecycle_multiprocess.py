@@ -21,7 +21,7 @@ from optuna.distributions import FloatDistribution
 
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FTSConfig
-from optuna_fedbo.federation.lease import LeaseBook
+from optuna_fedbo.federation.lease import lease_book
 
 WORKER = Path(__file__).with_name("_lifecycle_worker.py")
 ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "OMP_NUM_THREADS": "1"}
@@ -37,7 +37,7 @@ def _federation(tmp_path: Path, n_clients: int) -> tuple[str, str]:
         search_space=SPACE,
         n_clients=n_clients,
         storage=storage,
-        protocol=FTSConfig(n_features=20, n_init=N_INIT),
+        protocol=FTSConfig(n_features=20, n_init=N_INIT, min_contributors=min(n_clients, 2)),
         seed=5,
     )
     return storage, name
@@ -122,7 +122,7 @@ def test_too_few_participants_for_any_round_to_close_is_reported(tmp_path) -> No
 
 def test_one_client_id_in_two_processes_is_refused_until_its_lease_expires(tmp_path) -> None:
     storage, name = _federation(tmp_path, n_clients=2)
-    book = LeaseBook(Federation.load(name, storage).store)
+    book = lease_book(Federation.load(name, storage))
     first = _participant(storage, name, "site-0", 400, "--sleep", "0.2", "--lease-ttl", "2")
     try:
         _wait_for(lambda: "site-0" in book.states(), "the first process's lease")
@@ -130,7 +130,7 @@ def test_one_client_id_in_two_processes_is_refused_until_its_lease_expires(tmp_p
         out, err = _finish(second)
         assert second.returncode != 0 and out == ""
         assert "ParticipantBusyError: Participant 'site-0' of federation" in err
-        assert "is already running (host" in err
+        assert "is already running (last heartbeat" in err
         # A hard crash: the lease is not released; it expires after its ttl (2 s).
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=30)
@@ -150,11 +150,11 @@ def test_a_participant_ended_by_an_unhandled_exception_is_lost_at_once(tmp_path)
     # A long lease: "lost" must not wait for it to expire.
     out, err = _finish(_participant(storage, name, "site-0", 10, "--raise-at", "3"))
     assert "RuntimeError: the objective failed" in err
-    state = LeaseBook(Federation.load(name, storage).store).states()["site-0"]
+    state = lease_book(Federation.load(name, storage)).states()["site-0"]
     assert state.status == "lost" and state.age < 30
     # A normal end, by contrast, is finished.
     _finish(_participant(storage, name, "site-1", 3))
-    assert LeaseBook(Federation.load(name, storage).store).states()["site-1"].status == "finished"
+    assert lease_book(Federation.load(name, storage)).states()["site-1"].status == "finished"
 
 
 def test_a_crashed_participant_does_not_stall_the_others_and_serve_ends(tmp_path) -> None:

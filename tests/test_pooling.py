@@ -136,15 +136,23 @@ def test_blocks_of_different_values_are_refused() -> None:
         unpack_blocks(pack_blocks(blocks), M)
 
 
-def test_one_participant_claiming_many_observations_weighs_at_most_ten_median_ones() -> None:
+def _spread(statistics: SufficientStatistics) -> float:
+    return statistics.standardization()[1]
+
+
+def test_one_participant_claiming_many_observations_weighs_no_more_than_another() -> None:
     features = RandomFourierFeatures(2, M, 0.3, seed=0)
     honest = [_statistics(features, *_data(seed)) for seed in range(3)]
     x = np.random.default_rng(9).uniform(size=(600, 2))
     loud = _statistics(features, x, np.sin(3 * x[:, 0]) + x[:, 1] ** 2)
-    # 10 x the median count (6) of the loud one's 600 observations enter: weight 0.1.
-    np.testing.assert_allclose(robust_weights([*honest, loud]), [1, 1, 1, 0.1])
-    np.testing.assert_allclose(robust_weights(honest[:2] + [loud]), [1, 1, 0.1])
-    np.testing.assert_allclose(robust_weights([honest[0], loud]), [1, 1])  # fewer than 3
+    # Its 600 observations count as many as the largest other participant's (6), from two
+    # participants on: no honest majority needed.
+    for group in ([*honest, loud], honest[:2] + [loud], [honest[1], loud]):
+        weights = robust_weights(group)
+        widest = max(_spread(s) for s in group[:-1])
+        expected = 6 / 600 * min(1.0, widest / _spread(loud)) ** 2
+        assert weights[-1] == pytest.approx(expected) and weights[-1] * 600 <= 6
+    assert robust_weights([loud]) == pytest.approx([1.0])  # alone: never published anyway
 
 
 def test_one_participant_with_values_of_another_scale_is_weighed_down() -> None:
@@ -153,14 +161,18 @@ def test_one_participant_with_values_of_another_scale_is_weighed_down() -> None:
     honest = [_statistics(features, x, y) for x, y in parts[:3]]
     x, y = parts[3]
     loud = _statistics(features, x, 1000.0 * y)
-    spreads = [s.standardization()[1] for s in [*honest, loud]]
     weights = robust_weights([*honest, loud])
-    np.testing.assert_allclose(weights[:3], 1.0)
-    assert weights[3] == pytest.approx((10 * np.median(spreads) / spreads[-1]) ** 2)
-    assert weights[3] < 1e-3
-    # Values of the same scale, if shifted or scaled within the bound, keep their full weight.
-    similar = _statistics(features, x, 3.0 * y + 1.0)
-    np.testing.assert_allclose(robust_weights([*honest, similar]), 1.0)
+    widest = max(_spread(s) for s in honest)
+    assert weights[3] == pytest.approx((widest / _spread(loud)) ** 2) and weights[3] < 1e-5
+    assert robust_weights([honest[0], loud])[1] == pytest.approx(
+        (_spread(honest[0]) / _spread(loud)) ** 2
+    )
+    # Values shifted, or of a spread within the others', keep their full weight; the widest
+    # participant weighs as the next widest one.
+    similar = _statistics(features, x, 0.5 * y + 1.0)
+    weights = robust_weights([*honest, similar])
+    np.testing.assert_allclose(weights[1:], 1.0)
+    assert weights[0] == pytest.approx((_spread(honest[1]) / _spread(honest[0])) ** 2)
 
 
 @pytest.mark.parametrize(
@@ -184,7 +196,8 @@ def test_the_evidence_picks_a_block_of_the_functions_scale(dims, lengthscale, ex
 
 # -------------------------------------------------------------------------------- server
 def _federation(n_clients: int = 3, **protocol) -> Federation:
-    config = FTSConfig(**{"n_features": M, "n_init": 2, **protocol})
+    lone = {"min_contributors": 1} if n_clients == 1 else {}  # a round of one is published
+    config = FTSConfig(**{"n_features": M, "n_init": 2, **lone, **protocol})
     fed = Federation.create("pooled", search_space=SPACE, n_clients=n_clients, protocol=config)
     for i in range(n_clients):
         fed.join(f"c{i}")
@@ -247,7 +260,7 @@ def test_the_default_federation_pools_and_broadcasts_the_posterior_of_everyones_
 
 @pytest.mark.usefixtures("propagate")
 def test_inconsistent_statistics_are_rejected_logged_and_never_pooled(caplog) -> None:
-    fed = _federation(n_clients=2)
+    fed = _federation(n_clients=2, min_contributors=1)  # c0 alone
     server = FederationServer(fed)
     honest = _upload_data(fed, "c0", seed=0)
     x, y = _data(1)
@@ -324,7 +337,7 @@ def test_a_new_server_gets_the_statistics_in_full_again() -> None:
 def _named_by_digest() -> Federation:
     """A federation whose round 0 had c0's and c1's statistics, and where c0 has sent its
     again, by digest, to round 1."""
-    fed = _federation(n_clients=2)
+    fed = _federation(n_clients=2, min_contributors=1)  # round 1 of c1 alone
     server = FederationServer(fed)
     fed.upload("c0", _packed(fed, 0), n_observations=6, iteration=0)
     fed.upload("c1", _packed(fed, 1), n_observations=6, iteration=0)
@@ -440,7 +453,7 @@ def test_participants_upload_the_statistics_of_their_oriented_values() -> None:
 
 def test_a_pooled_broadcast_on_a_single_scale_block_guides_the_participant() -> None:
     """Participants use the broadcast's block; its maximizer is a late joiner's first point."""
-    fed = _federation(n_clients=2, n_init=6)
+    fed = _federation(n_clients=2, n_init=6, min_contributors=1)  # c0's round alone
     server = FederationServer(fed)
 
     def objective(trial: optuna.Trial) -> float:

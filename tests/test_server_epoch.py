@@ -17,6 +17,7 @@ from optuna_fedbo.federation import FedPNEConfig
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation import ServerSupersededError
 from optuna_fedbo.federation.cli import main as cli_main
+from optuna_fedbo.federation.store import LATEST_KEY
 
 M = 6
 SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
@@ -98,56 +99,155 @@ def test_a_server_superseded_during_aggregation_releases_nothing(
     assert report.round == 0 and report.published
     (trial,) = fed.store.broadcast_trials()
     assert trial.state == TrialState.COMPLETE
-    # The round was accounted (by the old server, before the fence) exactly once.
+    # The old server was fenced before accounting: the round was accounted once, by the new
+    # server, for the very payload it published.
     (entry,) = fed.ledger_entries()
-    # ... and the new server published that very payload (accounted, never drawn again).
     assert entry.round == 0 and entry.payload == fed.store.broadcasts()[0].digest
     assert fed.privacy_spent()[0] == pytest.approx(fed.privacy.epsilon(1, 4))
 
 
+# ------------------------------------------- superseded exactly before staging / commit
+def _supersede(fed: Federation) -> None:
+    """Another server claims a newer epoch (from its own process's view of the storage)."""
+    Federation.load(fed.name, fed.storage).store.claim_server_epoch()
+
+
+def _once_after(monkeypatch: pytest.MonkeyPatch, obj: object, name: str, hook) -> None:  # noqa: ANN001
+    """Run ``hook()`` right after the first call of ``obj.name`` (a deterministic interleaving)."""
+    original = getattr(obj, name)
+    fired: list[bool] = []
+
+    def wrapped(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        result = original(*args, **kwargs)
+        if not fired:
+            fired.append(True)
+            hook()
+        return result
+
+    monkeypatch.setattr(obj, name, wrapped)
+
+
+def _pne_federation() -> Federation:
+    fed = Federation.create(
+        f"epoch-pne-{next(_names)}",
+        search_space=SPACE,
+        n_clients=2,
+        protocol=FedPNEConfig(horizon=40),
+        seed=1,
+    )
+    for i in range(2):
+        fed.join(f"c{i}")
+    return fed
+
+
+def _pne_upload_all(fed: Federation) -> None:
+    phase = fed.channel.view().phase
+    for i in range(2):
+        means = {node.key: 0.1 * (i + 1) for node in phase.nodes}
+        assert fed.channel.upload(f"c{i}", phase, means)
+
+
+_DP = DPConfig(noise_multiplier=1.0, sample_rate=1.0, clip_norm=5.0)
+#: (protocol, the store method right after which the server is superseded, the fence it meets)
+_FENCES = [
+    # FTS: signing is the last step before staging (after the DP accounting).
+    pytest.param("fts", "sign_broadcast", "staging", id="fts-before-staging"),
+    pytest.param("fts-dp", "sign_broadcast", "staging", id="fts-dp-before-staging"),
+    pytest.param("fts", "stage_broadcast", "commit", id="fts-before-commit"),
+    pytest.param("fts-dp", "stage_broadcast", "commit", id="fts-dp-before-commit"),
+    # Fed-PNE: the phase is decided from the uploads just read, then saved and staged.
+    pytest.param("pne", "read_uploads", "staging", id="pne-before-staging"),
+    pytest.param("pne", "stage_broadcast", "commit", id="pne-before-commit"),
+]
+
+
+@pytest.mark.parametrize(("kind", "method", "fence"), _FENCES)
+def test_a_server_superseded_right_before_staging_or_commit_publishes_nothing(
+    kind: str, method: str, fence: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if kind == "pne":
+        fed = _pne_federation()
+        old = FederationServer(fed)
+        _pne_upload_all(fed)
+    else:
+        fed = _federation(4 if kind == "fts-dp" else 3, privacy=_DP if kind == "fts-dp" else None)
+        old = FederationServer(fed)
+        _upload_all(fed)
+    participant = Federation.load(fed.name, fed.storage)
+    assert participant.open_round() == 0
+    _once_after(monkeypatch, old._store, method, lambda: _supersede(fed))
+    with pytest.raises(ServerSupersededError, match="epoch 2"):
+        old.step()
+    monkeypatch.undo()
+    # Nothing published: no completed broadcast, no pointer, the participants wait in round 0.
+    trials = fed.store.broadcast_trials()
+    assert [t.state for t in trials] == ([] if fence == "staging" else [TrialState.RUNNING])
+    assert LATEST_KEY not in fed.store.main_attrs()
+    assert participant.open_round() == 0 and participant.store.latest() is None
+    if kind != "pne":
+        assert participant.latest_broadcast() is None
+    with pytest.raises(ServerSupersededError):
+        old.step(force=True)  # and it stays stopped
+    assert [t.state for t in fed.store.broadcast_trials()] == [t.state for t in trials]
+    # The newest server publishes round 0 once (what the old one staged, if it staged).
+    new = FederationServer(Federation.load(fed.name, fed.storage))
+    report = new.step()
+    assert report is not None and report.round == 0
+    assert participant.open_round() == 1
+    published = fed.store.broadcasts()
+    assert [b.state for b in published] == [TrialState.COMPLETE]
+    if fence == "commit":
+        assert published[0].trial_id == trials[0]._trial_id and report.reason == "resumed"
+    if kind == "fts-dp":  # accounted once, and what is readable is what was accounted
+        (entry,) = fed.ledger_entries()
+        assert entry.payload == published[0].digest
+        assert fed.privacy_spent()[0] == pytest.approx(fed.privacy.epsilon(1, 4))
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
-def test_servers_starting_at_once_get_distinct_epochs(tmp_path, kind: str) -> None:
+def test_servers_starting_at_once_get_distinct_epochs(
+    tmp_path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race injected, not hoped for: each time server A has found an epoch free and is about
+    to create it, another server claims that very epoch first (three times in a row)."""
     url = (
         f"sqlite:///{tmp_path / 'race.db'}"
         if kind == "sqlite"
         else f"journal:{tmp_path / 'race.log'}"
     )
     fed = _federation(storage=url)
-    barrier = threading.Barrier(6)
-    epochs: list[int] = []
-    errors: list[BaseException] = []
+    a = Federation.load(fed.name, url).store
+    others: list[int] = []
+    scan = a.has_server_epoch
 
-    def start() -> None:
-        try:
-            barrier.wait()
-            epochs.append(Federation.load(fed.name, url).store.claim_server_epoch())
-        except BaseException as error:  # pragma: no cover - reported below
-            errors.append(error)
+    def scan_then_lose_the_race(epoch: int) -> bool:
+        free = not scan(epoch)
+        if free and len(others) < 3:  # A found `epoch` free: another server takes it now
+            others.append(Federation.load(fed.name, url).store.claim_server_epoch())
+        return not free
 
-    threads = [threading.Thread(target=start) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not errors
-    assert sorted(epochs) == list(range(1, 7))
-    assert FederationServer(fed).epoch == 7
+    monkeypatch.setattr(a, "has_server_epoch", scan_then_lose_the_race)
+    epoch_a = a.claim_server_epoch()
+    assert others == [1, 2, 3] and epoch_a == 4  # each lost race moved A on, never shared
+    assert [fed.store._signed_epoch(e) for e in range(1, 5)] == [True] * 4
+    assert fed.store.superseded(3) == 4 and fed.store.superseded(4) is None
+    assert FederationServer(fed).epoch == 5
 
 
 def test_a_fedpne_server_is_fenced_too() -> None:
-    fed = Federation.create(
-        f"epoch-pne-{next(_names)}",
-        search_space=SPACE,
-        n_clients=2,
-        protocol=FedPNEConfig(horizon=100),
-        seed=1,
-    )
+    fed = _pne_federation()
     first = FederationServer(fed)
     second = FederationServer(fed)
     assert (first.epoch, second.epoch) == (1, 2)
+    _pne_upload_all(fed)
+    with pytest.raises(ServerSupersededError):
+        first.step(force=True)
+    assert fed.store.broadcast_trials() == [] and fed.open_round() == 0
+    report = second.step()  # the newest server carries on
+    assert report.round == 0 and sorted(report.contributors) == ["c0", "c1"]
+    assert fed.open_round() == 1
     with pytest.raises(ServerSupersededError):
         first.step()
-    second.step()  # the newest server carries on
 
 
 def test_the_cli_server_exits_with_status_3_when_superseded(tmp_path, capsys) -> None:

@@ -35,13 +35,15 @@ SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
 _names = itertools.count()
 
 
-def _federation(tmp_path: Path, n_clients: int = 2) -> Federation:
+def _federation(tmp_path: Path, n_clients: int = 2, min_contributors: int = 2) -> Federation:
     fed = Federation.create(
         f"damage-{next(_names)}",
         search_space=SPACE,
         n_clients=n_clients,
         storage=f"sqlite:///{tmp_path / 'fed.db'}",
-        protocol=FTSConfig(n_features=M, n_init=1, aggregation="weighted"),
+        protocol=FTSConfig(
+            n_features=M, n_init=1, aggregation="weighted", min_contributors=min_contributors
+        ),
         seed=4,
         key_dir=tmp_path / "keys",
     )
@@ -71,7 +73,7 @@ def _payload(fed: Federation, client: str, round_index: int) -> str:
 
 # ------------------------------------------------------------------- uploads ahead of time
 def test_an_upload_written_ahead_of_its_round_never_counts(tmp_path: Path, caplog) -> None:
-    fed = _federation(tmp_path)
+    fed = _federation(tmp_path, min_contributors=1)  # round 2 closes with c1 alone
     server = FederationServer(fed, discard_uploads=False)
     for i in range(2):
         _upload(fed, f"c{i}", i)

@@ -9,6 +9,7 @@ import numpy as np
 from optuna.distributions import FloatDistribution
 import pytest
 
+from optuna_fedbo.core.influence import vector_norm_bound
 from optuna_fedbo.federation import DPConfig
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
@@ -95,13 +96,15 @@ def test_without_dp_an_absurd_vector_is_refused_and_a_huge_one_clipped() -> None
     report = server.step(force=True)
     assert "absurd value" in dict(report.rejected)["c3"]
     assert np.all(np.abs(fed.latest_broadcast().vectors) < 2)
-    # A large (not absurd) poisoned vector is clipped to 10x the median norm.
+    # A large (not absurd) poisoned vector is clipped to the model's norm bound (its share of
+    # the average: a quarter of it).
     for i in range(3):
         fed.upload(f"c{i}", honest, n_observations=2, iteration=1)
     fed.upload("c3", np.full(M, 1e9), n_observations=2, iteration=1)
     server.step()
     vectors = fed.latest_broadcast().vectors
-    assert np.all(np.isfinite(vectors)) and np.linalg.norm(vectors[0]) <= 10 * np.sqrt(M) + 1e-9
+    expected = (3 * honest + np.full(M, vector_norm_bound(M) / np.sqrt(M))) / 4
+    np.testing.assert_allclose(vectors[0], expected, rtol=1e-12)
 
 
 def test_clipping_huge_vectors_does_not_overflow_to_zero() -> None:

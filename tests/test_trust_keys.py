@@ -19,9 +19,11 @@ import pytest
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation.cli import main as cli_main
+from optuna_fedbo.federation.keys import check_fingerprint
 from optuna_fedbo.federation.keys import find_server_keys
 from optuna_fedbo.federation.keys import KeyFileError
 from optuna_fedbo.federation.keys import ParticipantKey
+from optuna_fedbo.federation.keys import ServerIdentity
 from optuna_fedbo.federation.keys import ServerKeys
 from optuna_fedbo.federation.store import CONFIG_KEY
 from optuna_fedbo.federation.store import ENROLLMENT_KEY
@@ -296,3 +298,37 @@ def test_key_folders_are_made_for_their_owner_only(tmp_path, sqlite) -> None:
     for folder in (home, home / "servers", home / "participants", home / "joined"):
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
     assert Federation.load(fed.name, sqlite, key_dir=home).join("alice").index == 0
+
+
+def test_a_fingerprint_is_read_in_any_printed_form_and_nothing_else() -> None:
+    fp = ServerKeys.generate().identity.fingerprint
+    pairs = ":".join(fp[i : i + 2] for i in range(0, 64, 2))
+    for written in (
+        fp,
+        fp.upper(),
+        f"sha256:{fp}",
+        f"  SHA256:{pairs.upper()} ",
+        fp[:32] + " " + fp[32:],
+    ):
+        assert check_fingerprint(written) == fp
+    for bad in (fp[:-1], fp + "0", f"{fp}sha256:", "g" * 64, f"md5:{fp}", 64):
+        with pytest.raises(ValueError):
+            check_fingerprint(bad)
+
+
+def test_a_malformed_server_identity_is_refused() -> None:
+    good = ServerKeys.generate().identity.to_dict()
+    assert ServerIdentity.from_dict(good).to_dict() == good
+    for length in (8, 64):  # the bounds of a federation id, both inclusive
+        assert ServerIdentity.from_dict({**good, "id": "f" * length}).federation_id == "f" * length
+    for bad in (
+        {**good, "extra": "x"},
+        {k: v for k, v in good.items() if k != "seal"},
+        {**good, "id": "f" * 7},
+        {**good, "id": "x" * 65},
+        {**good, "id": 12345678},
+        {**good, "sign": good["seal"][:-4]},
+        [good],
+    ):
+        with pytest.raises(ValueError, match="malformed|bytes|base64"):
+            ServerIdentity.from_dict(bad)

@@ -1,6 +1,6 @@
 """Signed releases: a tampered ledger, broadcast, pointer, budget flag or epoch is detected; the
-server fails closed on its own ledger; two servers on a slow storage never release a payload
-the ledger does not count."""
+server fails closed on its own ledger; a second server starting at any step of the first one's
+round never makes a payload readable that the ledger does not count."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ import itertools
 import json
 import logging
 from pathlib import Path
-import threading
-import time
 
 import numpy as np
 from optuna.distributions import FloatDistribution
@@ -27,7 +25,6 @@ from optuna_fedbo.federation.keys import ServerKeys
 from optuna_fedbo.federation.ledger import LedgerIntegrityError
 from optuna_fedbo.federation.store import BUDGET_EXHAUSTED_KEY
 from optuna_fedbo.federation.store import LATEST_KEY
-from optuna_fedbo.federation.store import resolve_storage
 from optuna_fedbo.federation.trust import Trust
 from optuna_fedbo.federation.trust import UntrustedRecordError
 
@@ -74,13 +71,13 @@ def _published_rounds(fed: Federation, rounds: int) -> FederationServer:
 def test_a_tampered_ledger_entry_makes_the_server_fail_closed(caplog) -> None:
     fed = _federation()
     server = _published_rounds(fed, 2)
+    _upload_all(fed)  # (after the tampering participants refuse to upload: tested elsewhere)
     ledger_id = fed.storage.get_study_id_from_name(fed.store.ledger_study_name)
     attrs = fed.storage.get_study_system_attrs(ledger_id)
     key = sorted(k for k in attrs if k.startswith("r:"))[0]
     record = json.loads(attrs[key])
     record["body"]["epsilon"] = 0.0  # "nothing was spent"
     fed.storage.set_study_system_attr(ledger_id, key, json.dumps(record))
-    _upload_all(fed)
     with pytest.raises(LedgerIntegrityError, match="refuses to publish"):
         server.step()
     with pytest.raises(LedgerIntegrityError, match="does not verify"):
@@ -152,6 +149,31 @@ def test_a_forged_broadcast_and_pointer_are_ignored_by_participants(caplog) -> N
     assert restarted.open_round == 1
 
 
+def test_an_older_genuine_pointer_written_back_is_refused_with_a_warning(caplog) -> None:
+    """A process that saw round 1's pointer never goes back to round 0's, though it verifies."""
+    fed = _federation(privacy=None)
+    server = _published_rounds(fed, 1)
+    main_id = fed.storage.get_study_id_from_name(fed.name)
+    old_pointer = fed.storage.get_study_system_attrs(main_id)[LATEST_KEY]
+    participant = Federation.load(fed.name, fed.storage)
+    assert participant.open_round() == 1
+    _upload_all(fed)
+    assert server.step().round == 1
+    assert participant.open_round() == 2 and participant.latest_broadcast().round == 1
+    fed.storage.set_study_system_attr(main_id, LATEST_KEY, old_pointer)  # signed, but older
+    assert participant.store.trust.verify("latest", old_pointer)["round"] == 0
+    with caplog.at_level(logging.WARNING):
+        assert participant.open_round() == 2
+        assert participant.latest_broadcast().round == 1
+        assert participant.open_round() == 2
+    warnings = [
+        m
+        for m in (r.getMessage() for r in caplog.records)
+        if "'latest' pointer" in m and "older" in m and "round 0" in m and "round 1" in m
+    ]
+    assert len(warnings) == 1  # once, saying which round it refused and which it keeps
+
+
 def test_a_forged_budget_flag_is_ignored_and_the_server_keeps_publishing(caplog) -> None:
     fed = _federation(privacy=DPConfig(1.0, 1.0, 5.0, epsilon_budget=100.0))
     server = _published_rounds(fed, 1)
@@ -194,51 +216,55 @@ def test_fedpne_server_state_is_sealed_and_a_tampered_one_fails_closed() -> None
 
 
 # ------------------------------------------------------------------------ two servers
-def _slow(storage: object, delay: float) -> object:
-    """Make a storage's writes take ``delay`` seconds (a remote database)."""
-    for name in dir(storage):
-        if name.startswith(("set_", "create_new_", "delete_")):
-            write = getattr(storage, name)
-
-            def slow(*args, _write=write, **kwargs):  # noqa: ANN002, ANN003, ANN202
-                time.sleep(delay)
-                return _write(*args, **kwargs)
-
-            setattr(storage, name, slow)
-    return storage
+#: Where, in the old server's step, the new server starts: (object, method); the new server
+#: starts right after the old one's first call of it. Together they cover every boundary of
+#: collect -> privatize -> account -> stage -> commit.
+_INTERLEAVINGS = [
+    ("store", "read_uploads"),  # collected, not yet noised
+    ("server", "_privatize"),  # noised, not yet accounted
+    ("ledger", "account"),  # accounted, not yet staged
+    ("store", "stage_broadcast"),  # staged, not yet committed
+    ("store", "commit_broadcast"),  # committed
+]
 
 
-def test_two_servers_on_a_slow_storage_never_release_an_unaccounted_payload(tmp_path) -> None:
+@pytest.mark.parametrize(("owner", "method"), _INTERLEAVINGS)
+def test_two_servers_never_release_an_unaccounted_payload(
+    owner: str, method: str, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second server starts (a restart while the first still runs) at each step boundary of
+    the first one's round, on SQLite, each process with its own connection: every readable
+    payload is accounted, each round is published once and accounted once."""
     url = f"sqlite:///{tmp_path / 'race.db'}"
     fed = _federation(n_clients=3, storage=url)
-    stop = threading.Event()
-    errors: list[BaseException] = []
+    old = FederationServer(Federation.load(fed.name, url))
+    target = {"store": old._store, "server": old, "ledger": old._ledger}[owner]
+    original = getattr(target, method)
+    started: list[FederationServer] = []
 
-    def run_server() -> None:
-        slow = Federation.load(fed.name, _slow(resolve_storage(url), 0.02))
-        try:
-            FederationServer(slow).serve(poll_interval=0.01, stop=stop, timeout=30)
-        except ServerSupersededError:
-            pass
-        except BaseException as error:  # noqa: BLE001
-            errors.append(error)
+    def then_start_another(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        result = original(*args, **kwargs)
+        if not started:
+            started.append(FederationServer(Federation.load(fed.name, url)))
+        return result
 
-    threads = []
-    for start in range(6):  # overlapping server starts while rounds are being closed
+    monkeypatch.setattr(target, method, then_start_another)
+    _upload_all(fed)
+    if method == "commit_broadcast":
+        assert old.step().round == 0  # the new server started after the release
+    else:
+        with pytest.raises(ServerSupersededError):
+            old.step()
+    (new,) = started
+    while fed.open_round() < 2:
         _upload_all(fed)
-        thread = threading.Thread(target=run_server)
-        thread.start()
-        threads.append(thread)
-        time.sleep(0.1 * (start % 3 + 1))
-    deadline = time.monotonic() + 30
-    while fed.open_round() < 3 and time.monotonic() < deadline:  # the newest server goes on
-        _upload_all(fed)
-        time.sleep(0.2)
-    stop.set()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert errors == []
-    accounted = {entry.payload for entry in fed.ledger_entries()}
+        assert new.step() is not None
+        with pytest.raises(ServerSupersededError):
+            old.step(force=True)
     readable = fed.store.broadcasts()  # every payload anyone can read, any state
-    assert readable and {b.digest for b in readable} <= accounted
-    assert fed.privacy_spent()[0] == pytest.approx(fed.privacy.epsilon(len(accounted), 3))
+    accounted = [entry.payload for entry in fed.ledger_entries()]
+    assert sorted(b.round for b in readable) == [0, 1]
+    assert all(b.state == TrialState.COMPLETE for b in readable)
+    assert sorted(e.round for e in fed.ledger_entries()) == [0, 1]  # none paid twice
+    assert {b.digest for b in readable} == set(accounted)
+    assert fed.privacy_spent()[0] == pytest.approx(fed.privacy.epsilon(2, 3))

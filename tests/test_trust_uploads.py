@@ -1,17 +1,23 @@
 """Sealed, signed uploads: forged, replayed, copied, oversized and cross-round uploads are refused
-with a logged reason; a spy holding the storage URL reads no omega (real processes)."""
+with a logged reason; a spy holding the storage URL recovers nothing from the sealed uploads by
+any decoding, and their bytes are indistinguishable from random ones (real processes)."""
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import logging
+import lzma
 import os
 from pathlib import Path
 import subprocess
 import sys
 import uuid
+import zlib
 
+import _upload_attacks as attacks
+from cryptography.exceptions import InvalidTag
 import numpy as np
 from optuna.distributions import FloatDistribution
 import pytest
@@ -20,9 +26,14 @@ from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FedPNEConfig
 from optuna_fedbo.federation import FTSConfig
+from optuna_fedbo.federation._codec import decode_array
+from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.fts.messages import encode_upload
 from optuna_fedbo.federation.keys import ParticipantKey
+from optuna_fedbo.federation.keys import ServerKeys
+from optuna_fedbo.federation.trust import _SUITE
 from optuna_fedbo.federation.trust import MAX_UPLOAD_CHARS
+from optuna_fedbo.federation.trust import Trust
 
 M = 6
 SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
@@ -62,6 +73,68 @@ def _reasons(caplog: pytest.LogCaptureFixture) -> str:
     return " ".join(r.getMessage() for r in caplog.records if "Rejected" in r.getMessage())
 
 
+def _upload_many(fed: Federation, repeats: int = 6, seed: int = 7) -> list[tuple[str, np.ndarray]]:
+    """Seeded uploads of every participant to round 0 (each replaces the previous one);
+    returns ``(stored text, vector)`` of each."""
+    rng = np.random.default_rng(seed)
+    sent = []
+    for _ in range(repeats):
+        for client in fed.participants():
+            omega = rng.normal(0.0, 3.0, M)
+            fed.upload(client, omega, n_observations=3, iteration=0)
+            sent.append((fed.store.read_uploads(0)[client], omega))
+    return sent
+
+
+def test_a_spy_recovers_nothing_from_stored_uploads_by_any_decoding() -> None:
+    """base64 / JSON / numpy buffers / decompression of everything stored: no vector value, no
+    statistic of it, no field of the plaintext; the sealed bytes are not text nor JSON."""
+    fed = _federation(n_clients=3)
+    for text, omega in _upload_many(fed):
+        assert attacks.recover(text, attacks.secrets_of(omega)) == []
+        sealed = attacks.ciphertext(text)
+        with pytest.raises(ValueError):  # UnicodeDecodeError or JSONDecodeError
+            json.loads(sealed.decode("utf-8"))
+    # The attack does find an upload that is merely encoded (it is not blind).
+    text, omega = _upload_many(fed, repeats=1)[0]
+    plaintext = fed.trust.open_upload(
+        text, client_id="c0", public_key=fed.public_key_of("c0"), round_index=0
+    )[1]
+    envelope = json.loads(text)
+    for encode in (
+        lambda b: base64.b64encode(b),
+        lambda b: base64.urlsafe_b64encode(zlib.compress(b)),
+        lambda b: base64.b64encode(lzma.compress(b)),
+    ):
+        leaked = json.dumps({**envelope, "ct": encode(plaintext.encode()).decode()})
+        assert attacks.recover(leaked, attacks.secrets_of(omega)) != []
+    raw = json.dumps({"ct": base64.b64encode(omega.astype("<f4").tobytes()).decode()})
+    assert attacks.recover(raw, attacks.secrets_of(omega)) != []
+
+
+def test_stored_uploads_are_indistinguishable_from_random_bytes() -> None:
+    fed = _federation(n_clients=3)
+    sent = _upload_many(fed)
+    sealed = [attacks.ciphertext(text) for text, _ in sent]
+    p_value, ratio = attacks.randomness(sealed)
+    # Uniform bytes: p-value uniform on [0, 1] (fails 1 run in a million), no compression.
+    assert p_value > 1e-6 and ratio > 0.98, (p_value, ratio)
+    # Sealing is randomized: the same upload sealed twice shares no more bytes than chance.
+    key = fed._participant_key("c0")
+    plaintext = _payload(fed, "c0")
+    a, b = (attacks.ciphertext(fed.trust.seal_upload(key, 0, 9, plaintext)) for _ in range(2))
+    assert len(a) == len(b) and sum(x == y for x, y in zip(a, b)) < 16
+    # The test is not blind: the same bytes merely encoded are told apart at once.
+    plain = [fed.trust.open_upload(
+        text, client_id=json.loads(text)["client"],
+        public_key=fed.public_key_of(json.loads(text)["client"]),
+        round_index=json.loads(text)["round"],
+    )[1].encode() for text, _ in sent]  # fmt: skip
+    assert max(attacks.randomness(plain)) < 0.6
+    xored = [bytes(c ^ 0x5A for c in p) for p in plain]
+    assert attacks.randomness(xored)[0] < 1e-6
+
+
 def test_uploads_are_ciphertexts_that_only_the_server_opens() -> None:
     fed = _federation()
     fed.upload("c0", _omega(0), n_observations=3, iteration=0)
@@ -70,11 +143,22 @@ def test_uploads_are_ciphertexts_that_only_the_server_opens() -> None:
     assert set(envelope) == {"v", "client", "round", "counter", "after", "ct", "sig"}
     assert '"omega"' not in stored and '"f8"' not in stored
     assert json.loads(fed.read_upload(0, "c0"))["client"] == "c0"
-    # A participant process (no server keys) cannot open it.
+    # Anyone can check the envelope's signature, but a key other than the server's cannot open
+    # it: the decryption itself fails (not a missing key: here a key is present).
     participant = Federation.load(fed.name, fed.storage, server_fingerprint=fed.fingerprint)
-    participant._trust.server_keys = None
-    with pytest.raises(ValueError):
+    participant._trust.server_keys = ServerKeys.generate()
+    assert participant._trust.check_upload(
+        stored, client_id="c0", public_key=fed.public_key_of("c0"), round_index=0
+    )[0] == envelope["counter"]  # fmt: skip
+    with pytest.raises(UploadRejected, match="cannot be opened"):
         participant.read_upload(0, "c0")
+    # Nor can the server under another binding (the HPKE info): round, participant, counter.
+    sealed, context = (
+        attacks.ciphertext(stored),
+        fed.trust._upload_context(0, "c0", 2, envelope["after"]),
+    )
+    with pytest.raises(InvalidTag):
+        _SUITE.decrypt(sealed, fed.trust.server_keys.sealing_private_key, info=context)
 
 
 @pytest.mark.parametrize(
@@ -115,6 +199,70 @@ def test_forged_copied_and_oversized_uploads_are_rejected(attack: str, caplog) -
     assert report.contributors == ("c0",) and reason in dict(report.rejected)["c1"]
 
 
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        pytest.param(lambda e: {**e, "v": 2}, id="unknown format"),
+        pytest.param(lambda e: {**e, "counter": float(e["counter"])}, id="float counter"),
+        pytest.param(lambda e: {**e, "counter": True}, id="bool counter"),
+        pytest.param(lambda e: {**e, "round": 0.0}, id="float round"),
+        pytest.param(lambda e: [e], id="not an object"),
+    ],
+)
+def test_a_genuine_upload_with_a_rewritten_envelope_is_rejected(tamper, caplog) -> None:
+    """The envelope's format, round and counter fields are not covered by the signature as
+    such (the counter is signed as an integer): a rewritten one is refused, never coerced."""
+    fed = _federation()
+    server = FederationServer(fed)
+    fed.upload("c0", _omega(0), n_observations=3, iteration=0)
+    fed.upload("c1", _omega(1), n_observations=3, iteration=0)
+    envelope = json.loads(fed.store.read_uploads(0)["c1"])
+    fed.store.write_upload(0, "c1", json.dumps(tamper(envelope)))
+    report = server.step(force=True)
+    assert report.contributors == ("c0",)
+    assert "not a sealed upload" in dict(report.rejected)["c1"]
+
+
+def test_the_size_bound_is_inclusive() -> None:
+    """An envelope of exactly ``MAX_UPLOAD_CHARS`` is within the bound (then judged on its
+    content); one character more is refused for its size alone."""
+    fed = _federation()
+    genuine = fed.trust.seal_upload(fed._participant_key("c0"), 0, 1, _payload(fed, "c0"))
+    envelope = json.loads(genuine)
+    padding = MAX_UPLOAD_CHARS - len(json.dumps({**envelope, "pad": ""}))
+    at_bound = json.dumps({**envelope, "pad": "x" * padding})
+    assert len(at_bound) == MAX_UPLOAD_CHARS
+    key = fed.public_key_of("c0")
+    counter, _, _ = fed.trust.check_upload(at_bound, client_id="c0", public_key=key, round_index=0)
+    assert counter == 1
+    with pytest.raises(UploadRejected, match="oversized"):
+        fed.trust.check_upload(at_bound + " ", client_id="c0", public_key=key, round_index=0)
+
+
+def test_an_upload_sealed_for_another_configuration_is_rejected() -> None:
+    """Same federation, same keys, another configuration hash: the binding refuses it."""
+    fed = _federation()
+    server = FederationServer(fed)
+    fed.upload("c0", _omega(0), n_observations=3, iteration=0)
+    other = Trust(fed.trust.identity, "0" * 64, fed.trust.server_keys)
+    text = other.seal_upload(fed._participant_key("c1"), 0, 1, _payload(fed, "c1"))
+    fed.store.write_upload(0, "c1", text)
+    report = server.step(force=True)
+    assert report.contributors == ("c0",)
+    assert "not signed by the enrolled key" in dict(report.rejected)["c1"]
+    with pytest.raises(UploadRejected):
+        fed.trust.open_upload(
+            text, client_id="c1", public_key=fed.public_key_of("c1"), round_index=0
+        )
+
+
+def test_trust_refuses_server_keys_of_another_identity() -> None:
+    fed = _federation()
+    with pytest.raises(ValueError, match="do not belong"):
+        Trust(fed.trust.identity, fed.config_hash, ServerKeys.generate())
+    assert Trust(fed.trust.identity, fed.config_hash, fed.trust.server_keys).server_keys
+
+
 def test_an_older_upload_of_the_same_round_is_a_replay(caplog) -> None:
     fed = _federation()
     server = FederationServer(fed)
@@ -149,7 +297,10 @@ def test_uploads_to_a_closed_or_future_round_never_count(caplog) -> None:
 
 
 def test_a_missed_upload_is_reported_and_resent_to_the_next_round(caplog) -> None:
-    fed = _federation()
+    # Round 0 is published with c0 alone: c1's upload misses it.
+    fed = _federation(
+        protocol=FTSConfig(n_features=M, n_init=1, aggregation="weighted", min_contributors=1)
+    )
     server = FederationServer(fed, discard_uploads=False)
     fed.upload("c0", _omega(0), n_observations=3, iteration=0)
     collect = server._collect
@@ -189,21 +340,26 @@ _SPY = """
 import json, os, sys, time
 from optuna_fedbo.federation.store import resolve_storage
 storage = resolve_storage(sys.argv[1])
-seen, deadline = [], time.monotonic() + 150
+seen, uploads, deadline = set(), set(), time.monotonic() + 150
 while time.monotonic() < deadline:
     done = os.path.exists(sys.argv[2])
     for study in storage.get_all_studies():
-        seen += [str(v) for v in study.system_attrs.values()]
+        seen.update(str(v) for v in study.system_attrs.values())
+        if ":fedbo:uploads:" in study.study_name:
+            round_index = int(study.study_name.rsplit(":", 1)[1])
+            uploads.update(
+                (round_index, k[2:], v) for k, v in study.system_attrs.items() if k[:2] == "u:"
+            )
         try:
             trials = storage.get_all_trials(study._study_id, deepcopy=False)
         except KeyError:  # an uploads study deleted meanwhile
             continue
-        seen += [str(v) for t in trials for v in t.system_attrs.values()]
+        seen.update(str(v) for t in trials for v in t.system_attrs.values())
     if done:
         break
     time.sleep(0.02)
-print(json.dumps({"n": len(seen), "uploads": sum('"ct"' in s for s in seen),
-                  "omega": sum('"omega"' in s for s in seen)}))
+with open(sys.argv[3], "w") as f:
+    json.dump({"n": len(seen), "uploads": sorted(uploads)}, f)
 """
 
 ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "OMP_NUM_THREADS": "1"}
@@ -226,7 +382,7 @@ POSTGRES = os.environ.get("OPTUNA_FEDBO_TEST_POSTGRES_URL")
         ),
     ],
 )
-def test_a_spy_with_the_storage_url_reads_no_omega(kind: str, tmp_path: Path) -> None:
+def test_a_spy_with_the_storage_url_recovers_no_vector(kind: str, tmp_path: Path) -> None:
     storage = {
         "sqlite": f"sqlite:///{tmp_path / 'fed.db'}",
         "journal": str(tmp_path / "f.log"),
@@ -248,7 +404,7 @@ def test_a_spy_with_the_storage_url_reads_no_omega(kind: str, tmp_path: Path) ->
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
     )  # fmt: skip
     spy = subprocess.Popen(
-        [python, "-c", _SPY, storage, str(tmp_path / "done")],
+        [python, "-c", _SPY, storage, str(tmp_path / "done"), str(tmp_path / "spy.json")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
     )  # fmt: skip
     workers = [
@@ -273,6 +429,18 @@ def test_a_spy_with_the_storage_url_reads_no_omega(kind: str, tmp_path: Path) ->
         for process in [*workers, server, spy]:
             if process.poll() is None:
                 process.kill()
-    report = json.loads(out.strip().splitlines()[-1])
-    assert report["uploads"] > 0, report  # it saw the uploads go by ...
-    assert report["omega"] == 0, report  # ... and not one omega in them
+    seen = json.loads((tmp_path / "spy.json").read_text())["uploads"]
+    assert len(seen) >= 6, seen  # it saw the uploads go by ...
+    # ... and recovered nothing from any of them, while the server's key opens each one (the
+    # ground truth: the vector the spy must not find).
+    operator = Federation.load(name, storage)
+    for round_index, client, text in seen:
+        plaintext = operator.trust.open_upload(
+            text, client_id=client, public_key=operator.public_key_of(client),
+            round_index=round_index,
+        )[1]  # fmt: skip
+        record = json.loads(plaintext)  # (an upload naming a vector sent before has none)
+        omega = decode_array(record["omega"]) if "omega" in record else np.zeros(0)
+        assert attacks.recover(text, attacks.secrets_of(omega)) == [], (round_index, client)
+    p_value, ratio = attacks.randomness([attacks.ciphertext(text) for _, _, text in seen])
+    assert p_value > 1e-6 and ratio > 0.98, (p_value, ratio)

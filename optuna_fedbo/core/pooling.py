@@ -11,9 +11,9 @@ An upload carries one participant's statistics packed into a flat vector (:func:
 :func:`unpack` checks that a vector is statistics that real observations can produce (features
 have unit norm, so ``trace(Phi^T Phi)`` is the number of observations, and the sums obey the
 Cauchy-Schwarz bounds). :func:`pooled_posterior` is the posterior given everyone's values,
-standardized together, each participant weighing at most ``robust_factor`` times the median
-participant's observations and value spread (:func:`robust_weights`), so that no single
-participant can outweigh everyone else; optionally each participant has an offset of its own.
+standardized together, no participant weighing more observations or a wider value spread than
+the heaviest other participant (:func:`robust_weights`), so that no single participant can
+outweigh everyone else; optionally each participant has an offset of its own.
 
 Which features, and how much noise? The federation's shared features mix lengthscales, and
 their posterior given a few dozen points places a broad optimum poorly. Participants therefore
@@ -32,6 +32,7 @@ import math
 
 import numpy as np
 
+from optuna_fedbo.core.influence import capped_by_others
 from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.core.rff import RandomFourierFeatures
@@ -45,6 +46,10 @@ POOLING_NOISE_VARIANCES = (1e-3, 1e-2, 1e-1, 1.0)
 #: Prior standard deviations of each participant's own offset (in units of the pooled values'
 #: spread) that :func:`select_posterior` chooses from; 0: no offsets.
 POOLING_OFFSET_SCALES = (0.0, 0.3, 1.0)
+
+#: How many times the widest other participant's value spread a participant's may reach at full
+#: weight (:func:`robust_weights`).
+POOL_SPREAD_FACTOR = 1.0
 
 #: Relative tolerance of the consistency checks of unpacked statistics (rounding of sums).
 _TOLERANCE = 1e-6
@@ -182,26 +187,22 @@ def unpack_blocks(vector: np.ndarray, n_features: int) -> list[SufficientStatist
     return blocks
 
 
-def robust_weights(
-    statistics: list[SufficientStatistics], robust_factor: float = 10.0
-) -> np.ndarray:
-    """Each participant's weight in the pool: one, unless it stands out.
+def robust_weights(statistics: list[SufficientStatistics]) -> np.ndarray:
+    """Each participant's weight in the pool: one, unless it outweighs every other participant.
 
-    From three participants on, a participant whose observation count exceeds
-    ``robust_factor`` times the median participant's, or whose values spread more than
-    ``robust_factor`` times as widely (standard deviation), enters scaled down, as if its
-    values were noisier: its observations weigh at most as much as ``robust_factor`` median
-    participants', and its squared deviations at most ``robust_factor^2`` times theirs. One
-    participant can then neither claim a huge number of observations nor, with values of
-    another scale, decide the pooled model alone.
+    A participant whose observation count exceeds the largest count of the others, or whose
+    values spread (standard deviation) more widely than the widest of the others', enters
+    scaled down, as if its values were noisier: it counts for at most as many observations,
+    and its squared deviations for at most as much, as the heaviest other participant's
+    (:func:`optuna_fedbo.core.influence.capped_by_others`). The rule needs no honest peers: one
+    participant, whatever it sends and whatever the others send, can neither claim more
+    observations nor, with values of another scale, more spread than someone else brings; a
+    lone participant keeps weight one (the server publishes nothing of it alone).
     """
     counts = np.array([s.count for s in statistics], dtype=float)
-    weights = np.ones(len(statistics))
-    if len(statistics) >= 3:
-        weights = np.minimum(1.0, robust_factor * float(np.median(counts)) / counts)
-        spreads = np.array([s.standardization()[1] for s in statistics])
-        weights *= np.minimum(1.0, robust_factor * float(np.median(spreads)) / spreads) ** 2
-    return weights
+    spreads = np.array([s.standardization()[1] for s in statistics])
+    weights = capped_by_others(counts) / counts
+    return weights * (capped_by_others(spreads, POOL_SPREAD_FACTOR) / spreads) ** 2
 
 
 def pooled_posterior(
@@ -281,7 +282,6 @@ class _PooledSums:
 def select_posterior(
     participants: list[list[SufficientStatistics]],
     *,
-    robust_factor: float = 10.0,
     noise_variances: tuple[float, ...] = POOLING_NOISE_VARIANCES,
     offset_scales: tuple[float, ...] = POOLING_OFFSET_SCALES,
 ) -> tuple[int, np.ndarray]:
@@ -291,7 +291,6 @@ def select_posterior(
     Args:
         participants: Each participant's statistics, one per feature block (all blocks of
             the same values).
-        robust_factor: See :func:`robust_weights`.
         noise_variances: The noise variances to choose from.
         offset_scales: The participants' offset scales to choose from
             (:func:`pooled_posterior`).
@@ -304,7 +303,7 @@ def select_posterior(
     best: tuple[float, int, np.ndarray] | None = None
     for index in range(len(participants[0])):
         block = [blocks[index] for blocks in participants]
-        sums = _PooledSums(block, robust_weights(block, robust_factor))
+        sums = _PooledSums(block, robust_weights(block))
         for noise_variance in noise_variances:
             for offset_scale in offset_scales:
                 mean, evidence = sums.posterior(noise_variance, offset_scale)

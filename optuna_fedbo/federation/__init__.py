@@ -25,6 +25,8 @@ from optuna_fedbo.federation.fts import Broadcast
 from optuna_fedbo.federation.fts import FTSConfig
 from optuna_fedbo.federation.fts import FTSServer
 from optuna_fedbo.federation.fts import presets
+from optuna_fedbo.federation.key_folder import delete_federation
+from optuna_fedbo.federation.key_folder import list_federations
 from optuna_fedbo.federation.keys import import_credential
 from optuna_fedbo.federation.keys import KeyFileError
 from optuna_fedbo.federation.keys import ParticipantKey
@@ -45,6 +47,7 @@ from optuna_fedbo.federation.store import FederationNotFoundError
 from optuna_fedbo.federation.store import resolve_storage
 from optuna_fedbo.federation.store import ServerSupersededError
 from optuna_fedbo.federation.trust import UntrustedRecordError
+from optuna_fedbo.federation.watermark import LedgerRollbackError
 
 #: Names re-exported from the simulation entry points, imported on first access.
 _LAZY = {
@@ -84,6 +87,7 @@ __all__ = [
     "KeyFileError",
     "LedgerEntry",
     "LedgerIntegrityError",
+    "LedgerRollbackError",
     "Lifecycle",
     "Participant",
     "ParticipantBusyError",
@@ -98,8 +102,10 @@ __all__ = [
     "ServerSupersededError",
     "SimulationResult",
     "UntrustedRecordError",
+    "delete_federation",
     "get_protocol",
     "import_credential",
+    "list_federations",
     "presets",
     "register_protocol",
     "resolve_storage",

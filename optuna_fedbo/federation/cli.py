@@ -16,11 +16,19 @@ fingerprint and one credential per participant::
     optuna-fedbo enroll --storage URL --name svm --client-id site-3 --out site-3.cred
     optuna-fedbo import-credential site-3.cred        # on site 3's machine
 
+The federations this machine holds keys of, and deleting one with its keys (see
+:mod:`.cli_keys`)::
+
+    optuna-fedbo list
+    optuna-fedbo delete svm --storage URL
+
 Differential privacy (DP-FTS-DE): ``--preset dp-fts-de`` (protocol and privacy), or
 ``--privacy-preset dp-fts-de`` (the paper's ``z = 1``,
 ``q = 0.35``, ``S = 22``, moments accountant) and/or ``--privacy '{"noise_multiplier": 1.0,
 "sample_rate": 0.35, "clip_norm": 22, "epsilon_budget": 8}'`` (DPConfig fields, applied on top
-of the preset); ``status --ledger`` lists every accounted round.
+of the preset); ``status --ledger`` lists every accounted round. After restoring a backup of the
+storage, ``restore-ledger`` carries the privacy spent forward (the server refuses to publish on a
+rolled-back ledger until then).
 """
 
 from __future__ import annotations
@@ -38,6 +46,9 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.distributions import json_to_distribution
 
+from optuna_fedbo.federation.cli_keys import add_key_commands
+from optuna_fedbo.federation.cli_keys import run_delete
+from optuna_fedbo.federation.cli_keys import run_list
 from optuna_fedbo.federation.config import ProtocolConfig
 from optuna_fedbo.federation.dp_config import DPConfig
 from optuna_fedbo.federation.federation import Federation
@@ -53,6 +64,7 @@ from optuna_fedbo.federation.preset import unpack
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
 from optuna_fedbo.federation.store import ServerSupersededError
+from optuna_fedbo.federation.watermark import restore_ledger
 from optuna_fedbo.privacy._rng import refuse_insecure_noise_seed
 
 
@@ -264,7 +276,24 @@ def _parser() -> argparse.ArgumentParser:
         help="Show the status again every SECONDS (default 5) until every participant has "
         "finished (or Ctrl-C).",
     )
+    restore = commands.add_parser(
+        "restore-ledger",
+        help="After restoring a backup of the storage: carry the privacy spent forward.",
+        description="The server refuses to publish on a storage whose privacy ledger is behind "
+        "its high-water mark (kept beside its key file). After restoring a backup on purpose, "
+        "this writes a signed entry that carries the releases the restored ledger lacks "
+        "forward from the mark, so epsilon and the budget count every release ever made. "
+        "--trust-storage instead rebuilds a lost mark from the storage's ledger (only if the "
+        "storage was not rolled back).",
+    )
+    _add_target(restore)
+    restore.add_argument(
+        "--trust-storage",
+        action="store_true",
+        help="Rebuild a lost high-water mark from the storage's ledger as it is.",
+    )
     _add_trust_commands(commands)
+    add_key_commands(commands, _add_keys)
     return parser
 
 
@@ -426,6 +455,21 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _restore_ledger(args: argparse.Namespace) -> int:
+    federation = _load(args)
+    entry = restore_ledger(federation, trust_storage=args.trust_storage)
+    epsilon, delta = federation.privacy_ledger().spent()
+    if entry is None:
+        print(f"rebuilt the high-water mark of {federation.name} from its ledger")
+    else:
+        print(f"carried {entry.carried} release(s) forward from the high-water mark")
+    print(
+        f"privacy spent: epsilon {epsilon:.4g} at delta {delta:.3g} after "
+        f"{federation.privacy_ledger().n_accounted()} release(s); serve can go on"
+    )
+    return 0
+
+
 def _status(args: argparse.Namespace) -> int:
     federation = _load(args)
     if args.watch is None:
@@ -493,6 +537,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "enroll": _enroll,
         "import-credential": _import_credential,
         "keygen": _keygen,
+        "restore-ledger": _restore_ledger,
+        "list": run_list,
+        "delete": run_delete,
     }
     try:
         if getattr(args, "insecure_noise_seed", None) is not None:

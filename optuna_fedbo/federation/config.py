@@ -99,6 +99,11 @@ class ProtocolConfig:
     def check_search_space(self, encoder: SearchSpaceEncoder) -> None:
         """Raise ``ValueError`` if the protocol cannot run on this search space."""
 
+    def check_creation(self, n_clients: int, privacy: Any) -> None:
+        """Raise ``ValueError`` if the protocol cannot serve ``n_clients`` participants with
+        this privacy (``None`` or a ``DPConfig``), and warn about settings that expose them.
+        Called once, on the resolved configuration, when the federation is created."""
+
     def check_privacy(self, privacy: Any) -> None:
         """Raise ``ValueError`` if the protocol cannot run with this central ``DPConfig``.
 

@@ -26,9 +26,8 @@ from pathlib import Path
 import threading
 from typing import Any
 
-from optuna.storages import InMemoryStorage
-
 from optuna_fedbo.federation.keys import ServerKeys
+from optuna_fedbo.federation.location import persists_keys
 from optuna_fedbo.federation.store import FederationStore
 
 _memory_lock = threading.Lock()
@@ -51,7 +50,7 @@ class EpochPin:
     def of(cls, federation: Any) -> EpochPin:
         """The pin of a federation's servers (beside its server key file)."""
         federation_id = federation.federation_id
-        if isinstance(federation.storage, InMemoryStorage):
+        if not persists_keys(federation.storage):
             return cls(federation_id, None)
         key_file = ServerKeys.path(federation_id, federation._key_dir)
         return cls(federation_id, key_file.with_name(f"{federation_id}.epochs"))

@@ -18,7 +18,6 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.exceptions import DuplicatedStudyError
 from optuna.storages import BaseStorage
-from optuna.storages import InMemoryStorage
 
 from optuna_fedbo.federation._damage import write_to_open_round
 from optuna_fedbo.federation._openings import opening_for
@@ -32,12 +31,14 @@ from optuna_fedbo.federation.keys import remember
 from optuna_fedbo.federation.keys import ServerKeys
 from optuna_fedbo.federation.lease import DEFAULT_LEASE_TTL
 from optuna_fedbo.federation.lease import Lease
+from optuna_fedbo.federation.ledger import format_summary
 from optuna_fedbo.federation.ledger import LedgerEntry
 from optuna_fedbo.federation.ledger import PrivacyLedger
 from optuna_fedbo.federation.lifecycle import FederationSummary
 from optuna_fedbo.federation.lifecycle import Lifecycle
 from optuna_fedbo.federation.lifecycle import read_lifecycle
 from optuna_fedbo.federation.lifecycle import summarize
+from optuna_fedbo.federation.location import persists_keys
 from optuna_fedbo.federation.pinning import lost_message
 from optuna_fedbo.federation.pinning import pin_joined
 from optuna_fedbo.federation.pinning import verify_stored_config
@@ -52,6 +53,7 @@ from optuna_fedbo.federation.store import resolve_storage
 from optuna_fedbo.federation.trust import MAX_UPLOAD_CHARS
 from optuna_fedbo.federation.trust import text_digest
 from optuna_fedbo.federation.trust import Trust
+from optuna_fedbo.federation.watermark import check_participant
 from optuna_fedbo.search_space import SearchSpaceEncoder
 
 if TYPE_CHECKING:
@@ -153,7 +155,7 @@ class FederationStatus:
             lines[-1] += f" (and {not_joined} not joined yet)"
         lines.append(format_server(self.server))
         if self.privacy is not None:
-            lines += _format_privacy(self.privacy)
+            lines += format_summary(self.privacy)
         return "\n".join(lines)
 
 
@@ -167,32 +169,6 @@ def format_server(server: dict[str, Any] | None) -> str:
         f"server         {server.get('host')} pid {server.get('pid')}{epoch}, "
         f"last seen {age:.0f} s ago"
     )
-
-
-def _format_privacy(summary: dict[str, Any]) -> list[str]:
-    budget = summary["epsilon_budget"]
-    spent = f"epsilon {summary['epsilon']:.4g}"
-    if budget is not None:
-        spent += f" of budget {budget:g}"
-    lines = [
-        f"privacy        {spent}, delta {summary['delta']:.3g} after "
-        f"{summary['rounds_accounted']} accounted round(s) ({summary['accountant']} accountant)",
-        f"mechanism      z {summary['noise_multiplier']:g}, q {summary['sample_rate']:g}, "
-        f"S {summary['clip_norm']:g}, {summary['sampling']} sampling "
-        f"({summary['neighbouring_relation']})",
-    ]
-    if summary.get("unverified_entries"):
-        lines.append(
-            f"ledger         {summary['unverified_entries']} entries do not verify (ignored: "
-            "the ledger was tampered with; the server refuses to publish)"
-        )
-    exhausted = summary["budget_exhausted"]
-    if exhausted is not None:
-        lines.append(
-            f"budget         exhausted: round {exhausted['round']} not published (epsilon "
-            f"would reach {exhausted['epsilon_next']:.4g}); participants use local TS"
-        )
-    return lines
 
 
 class Federation:
@@ -288,6 +264,7 @@ class Federation:
         )
         # Defaults that depend on the federation are stored explicitly.
         resolved = protocol.resolve(SearchSpaceEncoder(config.search_space), privacy)
+        resolved.check_creation(n_clients, privacy)
         config = replace(config, protocol=resolved)
         store = FederationStore(resolve_storage(storage), name)
         try:
@@ -311,10 +288,10 @@ class Federation:
         trust = Trust(server_keys.identity, config.hash, server_keys)
         pin_path = pin_joined(store, trust, key_dir)
         key_path = None
-        if isinstance(store.storage, InMemoryStorage):
-            remember(server_keys.identity.federation_id, None, server_keys)
-        else:
+        if persists_keys(store.storage):
             key_path = server_keys.save(key_dir)
+        else:
+            remember(server_keys.identity.federation_id, None, server_keys)
         text = config.to_json()
         try:
             store.create(text, config.hash, trust.sign_config(text))
@@ -482,6 +459,11 @@ class Federation:
     def federation_id(self) -> str:
         """The federation's random id (names its key files)."""
         return self._trust.federation_id
+
+    @property
+    def key_dir(self) -> str | os.PathLike[str] | None:
+        """The key directory given when loading (``None``: the per-user default)."""
+        return self._key_dir
 
     @property
     def is_operator(self) -> bool:
@@ -694,7 +676,7 @@ class Federation:
             key = find_participant_key(self.federation_id, client_id, self._key_dir)
             if key is None:
                 key = ParticipantKey.generate(self.federation_id, client_id, self.fingerprint)
-                if isinstance(self._store.storage, InMemoryStorage):
+                if not persists_keys(self._store.storage):
                     remember(self.federation_id, client_id, key)
                 else:
                     try:
@@ -739,9 +721,12 @@ class Federation:
         Raises:
             ValueError: If the participant cannot sign, the sealed upload is over the bound, or
                 the round is not open yet.
-            KeyError: If the round is closed.
+            LedgerRollbackError: If the federation went backwards (a rolled-back storage).
+            KeyError: If the round is closed (its uploads study is gone).
         """
         key = self._participant_key(client_id)
+        if self._privacy is not None:
+            check_participant(self)  # never into a federation that went backwards
         opening = opening_for(self._store, round_index)
         with self._lock:
             self._counter = max(self._counter + 1, time.time_ns())
@@ -871,8 +856,10 @@ class Federation:
 
         Raises:
             ParticipantBusyError: If another live process runs the same id.
+            ValueError: If the participant is not enrolled or its key is not on this machine.
         """
-        return Lease(self._store, check_client_id(client_id), ttl=ttl, public=public)
+        key = self._participant_key(check_client_id(client_id))
+        return Lease(self, client_id, key=key, ttl=ttl, public=public)
 
     def lifecycle(self) -> Lifecycle:
         """Participants' states (active, finished, lost) and what keeps rounds from closing."""

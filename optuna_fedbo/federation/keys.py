@@ -14,9 +14,13 @@ directory: ``$OPTUNA_FEDBO_HOME``, else ``$XDG_CONFIG_HOME/optuna-fedbo``, else
     participants/<federation id>/<id digest>.json     a participant's credential
     joined/<storage and name digest>.json             the configuration joined (see .pinning)
 
-Folders are made for their owner only (0700); a key folder others can write is refused.
+Every other file of a federation sits beside these, named by its id (``servers/<federation
+id>.*``, ``participants/<federation id>/``), so that ``optuna-fedbo list`` and ``delete`` find
+it (:mod:`.key_folder`). Folders are made for their owner only (0700); a key folder others can
+write is refused.
 
-A federation in an in-memory storage lives in one process: its keys are kept in memory only.
+A federation in an in-memory storage lives in one process: its keys are kept in memory only and
+the key folder is never written (:func:`~optuna_fedbo.federation.location.persists_keys`).
 """
 
 from __future__ import annotations
@@ -477,6 +481,13 @@ def remember(federation_id: str, client_id: str | None, key: Any) -> None:
     """Keep a key of an in-memory federation in this process (never on disk)."""
     with _memory_lock:
         _MEMORY[(federation_id, client_id)] = key
+
+
+def forget(federation_id: str) -> None:
+    """Drop every key of an in-memory federation from this process (it was deleted)."""
+    with _memory_lock:
+        for key in [k for k in _MEMORY if k[0] == federation_id]:
+            del _MEMORY[key]
 
 
 def find_server_keys(

@@ -14,7 +14,7 @@ from typing import Any
 from typing import NamedTuple
 from typing import TYPE_CHECKING
 
-from optuna_fedbo.federation.lease import LeaseBook
+from optuna_fedbo.federation.lease import lease_book
 from optuna_fedbo.federation.lease import ParticipantState
 
 if TYPE_CHECKING:
@@ -52,13 +52,16 @@ class Lifecycle:
         n_clients: Registered participants ``N``.
         roster: Ids of the participants that joined, by index.
         states: Lifecycle state by participant id (participants never seen are absent).
-        problems: Why rounds are not (or cannot be) published.
+        problems: Why rounds are not (or cannot be) published (once every participant has
+            ended, only that no server was ever seen).
+        server_stopped: Why the server stopped, if its last heartbeat says it did.
     """
 
     n_clients: int
     roster: tuple[str, ...]
     states: dict[str, ParticipantState]
     problems: tuple[Problem, ...]
+    server_stopped: str | None = None
 
     @property
     def ended(self) -> bool:
@@ -79,8 +82,22 @@ class Lifecycle:
             },
             "not_joined": self.n_clients - len(self.roster),
             "ended": self.ended,
+            "server_stopped": self.server_stopped,
             "problems": [p.text for p in self.problems],
         }
+
+    def _ending(self) -> str:
+        """How it ended: who finished, who was lost, whether the server stopped."""
+        lost = [c for c in self.roster if self.states[c].status == "lost"]
+        who = (
+            f"{', '.join(lost)} lost, the others finished"
+            if lost
+            else "every participant finished"
+        )
+        server = (
+            "" if self.server_stopped is None else f"; the server stopped ({self.server_stopped})"
+        )
+        return f"finished: {who}{server}"
 
     def format(self) -> str:
         """Participants (one line each) and problems, for ``status``."""
@@ -91,14 +108,18 @@ class Lifecycle:
                 lines.append(f"  {client_id:<20} joined (no lease record)")
                 continue
             counts = state.counts
-            total = sum(int(counts.get(k, 0)) for k in COUNT_KINDS)
-            detail = ", ".join(f"{int(counts.get(k, 0))} {k}" for k in COUNT_KINDS)
             seen = f"last seen {state.age:.0f} s ago"
-            lines.append(f"  {client_id:<20} {state.status:<9} {total} trials ({detail}); {seen}")
+            if counts is None:
+                trials = "trials sealed to the server"
+            else:
+                total = sum(int(counts.get(k, 0)) for k in COUNT_KINDS)
+                detail = ", ".join(f"{int(counts.get(k, 0))} {k}" for k in COUNT_KINDS)
+                trials = f"{total} trials ({detail})"
+            lines.append(f"  {client_id:<20} {state.status:<9} {trials}; {seen}")
         not_joined = self.n_clients - len(self.roster)
         if not_joined:
             lines.append(f"  ({not_joined} not joined yet)")
-        out = ["lifecycle" + ("      ended: every participant finished" if self.ended else "")]
+        out = ["lifecycle" + (f"      {self._ending()}" if self.ended else "")]
         out += lines
         for problem in self.problems:
             out.append(f"problem        {problem.text}")
@@ -112,9 +133,11 @@ def server_age(server: dict[str, Any]) -> float:
 def read_lifecycle(federation: Federation) -> Lifecycle:
     """The federation's participants and what keeps its rounds from closing."""
     roster = tuple(federation.participants())
-    states = LeaseBook(federation.store).states()
+    states = lease_book(federation).states()
     server = federation.store.server_status()
     n = federation.n_clients
+    stopped = None if server is None else server.get("stopped")
+    ended = Lifecycle(n, roster, states, ()).ended
     problems: list[Problem] = []
     serve_hint = f"`optuna-fedbo serve --storage URL --name {federation.name}`"
     if server is None:
@@ -125,7 +148,7 @@ def read_lifecycle(federation: Federation) -> Lifecycle:
                 f"storage and no round is published until one runs ({serve_hint})",
             )
         )
-    else:
+    elif not ended:  # once every participant has ended, the server stopping is no problem
         age = server_age(server)
         interval = float(server.get("heartbeat_interval", 5.0))
         stale = max(SERVER_STALE_INTERVALS * interval, SERVER_STALE_MIN_SECONDS)
@@ -165,7 +188,7 @@ def read_lifecycle(federation: Federation) -> Lifecycle:
                         "with a smaller --min-uploads)",
                     )
                 )
-    return Lifecycle(n_clients=n, roster=roster, states=states, problems=tuple(problems))
+    return Lifecycle(n, roster, states, tuple(problems), None if stopped is None else str(stopped))
 
 
 @dataclass(frozen=True)
@@ -210,7 +233,7 @@ class FederationSummary:
         ]
         for client_id in self.roster:
             state = self.participants.get(client_id)
-            counts = {} if state is None else state.counts
+            counts = {} if state is None or state.counts is None else state.counts
             values = [int(counts.get(k, 0)) for k in COUNT_KINDS]
             status = "joined" if state is None else state.status
             lines.append(
@@ -228,7 +251,7 @@ def summarize(federation: Federation) -> FederationSummary:
         n_rounds=federation.open_round(),
         epsilon=float(epsilon),
         delta=float(delta),
-        participants=LeaseBook(federation.store).states(),
+        participants=lease_book(federation).states(),
         roster=tuple(federation.participants()),
     )
 

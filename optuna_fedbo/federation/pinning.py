@@ -25,11 +25,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from optuna.storages import BaseStorage
-from optuna.storages import InMemoryStorage
-from optuna.storages import RDBStorage
-from optuna.storages.journal import JournalStorage
-
 from optuna_fedbo.federation._codec import digest
 from optuna_fedbo.federation._damage import FederationDamagedError
 from optuna_fedbo.federation.config import FederationConfig
@@ -43,6 +38,7 @@ from optuna_fedbo.federation.keys import key_home
 from optuna_fedbo.federation.keys import pinned_fingerprint
 from optuna_fedbo.federation.keys import ServerIdentity
 from optuna_fedbo.federation.keys import ServerKeys
+from optuna_fedbo.federation.location import storage_location
 from optuna_fedbo.federation.store import FederationNotFoundError
 from optuna_fedbo.federation.store import FederationStore
 from optuna_fedbo.federation.trust import Trust
@@ -53,42 +49,16 @@ JOINED_TYPE = "optuna-fedbo-joined"
 KeyDir = str | os.PathLike[str] | None
 
 
-def storage_location(storage: BaseStorage) -> str | None:
-    """Where a storage lives, as pinned (``None``: in memory, one process, nothing to pin).
-
-    A SQLite or journal file is named by its resolved path, so a file replaced at that path is
-    the same location; other RDB URLs without their password.
-    """
-    backend = getattr(storage, "_backend", None)
-    if isinstance(backend, RDBStorage):  # Optuna's cache in front of an RDB storage
-        storage = backend
-    if isinstance(storage, InMemoryStorage):
-        return None
-    if isinstance(storage, RDBStorage):
-        from sqlalchemy.engine import make_url
-
-        url = make_url(storage.url)
-        if url.get_backend_name() != "sqlite":
-            return url.render_as_string(hide_password=True)
-        database = url.database or ""
-        if database in ("", ":memory:") or "mode=memory" in database:
-            return None
-        if database.startswith("file:"):
-            return f"sqlite:{database}"
-        return f"sqlite:{os.path.realpath(database)}"
-    path = getattr(getattr(storage, "_backend", None), "_file_path", None)
-    if isinstance(storage, JournalStorage) and isinstance(path, str):
-        return f"journal:{os.path.realpath(path)}"
-    return f"{type(storage).__module__}.{type(storage).__qualname__}"
+def pin_file(location: str, name: str, key_dir: KeyDir) -> Path:
+    """Where the key directory pins federation ``name`` of the storage at ``location``."""
+    digest_ = hashlib.sha256(f"{location}\n{name}".encode()).hexdigest()[:32]
+    return key_home(key_dir) / "joined" / f"{digest_}.json"
 
 
 def pin_path(store: FederationStore, key_dir: KeyDir) -> Path | None:
     """Where the key directory pins the federation ``store.name`` of this storage (or ``None``)."""
     location = storage_location(store.storage)
-    if location is None:
-        return None
-    name = hashlib.sha256(f"{location}\n{store.name}".encode()).hexdigest()[:32]
-    return key_home(key_dir) / "joined" / f"{name}.json"
+    return None if location is None else pin_file(location, store.name, key_dir)
 
 
 def _pinned(store: FederationStore, key_dir: KeyDir) -> tuple[Path, dict[str, Any]] | None:

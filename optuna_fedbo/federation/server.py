@@ -37,10 +37,11 @@ from optuna_fedbo.federation.epoch_pin import claim_epoch
 from optuna_fedbo.federation.epoch_pin import EpochPin
 from optuna_fedbo.federation.epoch_pin import newer_epoch
 from optuna_fedbo.federation.federation import Federation
-from optuna_fedbo.federation.lease import LeaseBook
+from optuna_fedbo.federation.lease import lease_book
 from optuna_fedbo.federation.lifecycle import FederationSummary
 from optuna_fedbo.federation.protocol import get_protocol
 from optuna_fedbo.federation.store import ServerSupersededError
+from optuna_fedbo.federation.watermark import guard_server
 from optuna_fedbo.privacy._rng import INSECURE_NOISE_SEED
 from optuna_fedbo.privacy._rng import refuse_insecure_noise_seed
 
@@ -66,10 +67,12 @@ class RoundReport:
         contributors: Their participants' ids (server-side information, not published).
         rejected: ``(participant, reason)`` of every upload that was refused.
         reason: Why the round closed: ``"complete"`` (all ``N`` in), ``"forced"``,
-            ``"timeout"``, or ``"resumed"`` (a publication interrupted by a crash, finished).
+            ``"timeout"``, or ``"resumed"`` (a publication interrupted by a crash, finished);
+            ``"withheld"``: not published, too few contributors without differential privacy
+            (``FTSConfig.min_contributors``), the round stays open.
         published_at: Server clock at publication.
         published: False for the round the server refused to publish because of the privacy
-            budget (then ``budget_exhausted`` is true and nothing was released).
+            budget (then ``budget_exhausted`` is true and nothing was released) or withheld.
         epsilon: With differential privacy, epsilon spent after this round (``None``
             otherwise).
         delta: With differential privacy, the ledger's delta.
@@ -163,6 +166,10 @@ class FederationServer:
                 f"file servers/{federation.federation_id}.json of the operator's key directory "
                 "there (mode 0600)."
             )
+        if federation.privacy is not None:
+            # Before anything is written (the epoch claim is a write): a ledger behind the
+            # server's high-water mark, or a mark missing or corrupt, fails closed here.
+            guard_server(federation)
         self.federation = federation
         self._store = federation.store
         self._round_timeout = round_timeout
@@ -173,7 +180,7 @@ class FederationServer:
         self._pin = EpochPin.of(federation)
         self._epoch = claim_epoch(self._store, self._pin)
         self._last_heartbeat = float("-inf")
-        self._leases = LeaseBook(federation.store)
+        self._leases = lease_book(federation)
         self._openings = RoundOpenings(federation.store)
         self._checked: dict[str, tuple[float, Any]] = {}
 
@@ -220,8 +227,17 @@ class FederationServer:
         return max(AUTO_TIMEOUT_FLOOR, AUTO_TIMEOUT_FACTOR * seconds * self._work_per_round())
 
     def _participants_done(self) -> bool:
-        """Whether every registered participant has finished (or is lost): serving can end."""
-        return bool(self._every("ended", 2.0, lambda: self.federation.lifecycle().ended))
+        """Whether every registered participant has finished (or is lost): serving can end.
+
+        Only verified lease records count, and each departure must be beyond doubt (see
+        :meth:`~optuna_fedbo.federation.lease_book.LeaseBook.departed`): not an old copy.
+        """
+
+        def ended() -> bool:
+            lifecycle = self.federation.lifecycle()
+            return lifecycle.ended and self._leases.departed(lifecycle.roster)
+
+        return bool(self._every("ended", 2.0, ended))
 
     def summary(self) -> FederationSummary:
         """Rounds published, privacy spent and every participant's trials by kind."""

@@ -55,6 +55,7 @@ from optuna.trial import TrialState
 from optuna_fedbo.federation._damage import FederationNotFoundError
 from optuna_fedbo.federation._damage import missing_config
 from optuna_fedbo.federation._damage import missing_main_study
+from optuna_fedbo.federation._fresh import Freshness
 from optuna_fedbo.federation.trust import text_digest
 from optuna_fedbo.federation.trust import Trust
 from optuna_fedbo.federation.trust import UntrustedRecordError
@@ -248,9 +249,7 @@ class FederationStore:
         self.trust: Trust | None = None
         self._warned: set[str] = set()
         self._enrollments: dict[int, tuple[str, bytes] | None] = {}
-        self._newest_pointer: dict[str, Any] | None = None
-        # The signed record the newest pointer was verified from (read again every trial).
-        self._newest_record: str | None = None
+        self._fresh = Freshness(self)  # the newest pointer and heartbeat: never backwards
         self._ledger_cache: dict[str, tuple[Any, dict[str, Any]]] = {}
 
     def _trust(self) -> Trust:
@@ -444,36 +443,11 @@ class FederationStore:
     def latest(self) -> dict[str, Any] | None:
         """The server-signed pointer to the newest published broadcast (``None`` before it).
 
-        A pointer that does not verify is ignored with a warning, one that points back to an
-        older round than one already seen by this process is ignored (a rollback, or a read
-        that raced a newer one): the newest verified pointer is kept.
+        A pointer that does not verify is ignored with a warning, and so is one older than the
+        newest this process has seen (a rollback or a replay); a process starts from the newest
+        verified published broadcast (:class:`~optuna_fedbo.federation._fresh.Freshness`).
         """
-        value = self.main_attrs().get(LATEST_KEY)
-        if value is None:
-            return self._newest_pointer
-        with self._lock:
-            if value == self._newest_record:  # verified already: the same bytes verify again
-                return self._newest_pointer
-        try:
-            pointer = self._trust().verify("latest", value)
-            round_index, trial_id = int(pointer["round"]), int(pointer["trial_id"])
-            if not isinstance(pointer.get("digest"), str):
-                raise UntrustedRecordError("the latest record is malformed")
-        except (UntrustedRecordError, KeyError, TypeError, ValueError) as error:
-            self.warn_once(
-                f"latest:{text_digest(str(value))}",
-                f"Ignoring the 'latest' pointer of federation {self.name!r}: {error}.",
-            )
-            return self._newest_pointer
-        with self._lock:
-            newest = self._newest_pointer
-            if newest is not None and round_index < int(newest["round"]):
-                # A pointer back to an older round: a rollback by someone with the URL, or just
-                # a read that raced another thread's newer one. Either way keep the newest.
-                return newest
-            self._newest_pointer = {**pointer, "round": round_index, "trial_id": trial_id}
-            self._newest_record = value
-            return self._newest_pointer
+        return self._fresh.latest(self.main_attrs().get(LATEST_KEY))
 
     def sign_broadcast(
         self,
@@ -744,18 +718,19 @@ class FederationStore:
         )
 
     def server_status(self) -> dict[str, Any] | None:
-        """The server's signed heartbeat, or ``None`` (a forged one: warned, ignored)."""
+        """The server's signed heartbeat, or ``None`` (a forged or older one: warned, ignored)."""
         value = self.main_attrs().get(SERVER_KEY)
         if value is None:
             return None
         try:
-            return self._trust().verify("heartbeat", value)
+            status = self._trust().verify("heartbeat", value)
         except UntrustedRecordError as error:
             self.warn_once(
                 f"heartbeat:{text_digest(str(value))}",
                 f"Ignoring the server heartbeat of federation {self.name!r}: {error}.",
             )
             return None
+        return self._fresh.heartbeat(status)  # an older one (replayed): warned, ignored
 
 
 def ledger_key(round_index: Any, payload_digest: Any) -> str:

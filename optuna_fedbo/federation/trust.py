@@ -11,6 +11,9 @@
   pointer, ledger entries, the budget record, epochs, heartbeats) are signed by the server for a
   *purpose* (what the record is) and the federation id, so a record cannot be replayed as
   another kind of record or into another federation.
+* **Participant records** (leases: heartbeats, trial durations, finished and lost marks) are
+  signed by the participant's enrolled key for a purpose and the federation id, like the server's;
+  what only the server may read in them (host, pid, trial counts and durations) is sealed to it.
 * **Private records** of the server (e.g. the Fed-PNE server's state) are sealed to the server's
   own key and signed.
 
@@ -101,6 +104,26 @@ class Trust:
         body, signature = _split_signed(text)
         if not self.identity.verify(purpose, canonical_json(body).encode(), signature):
             raise UntrustedRecordError(f"the {purpose} record is not signed by the server")
+        return body
+
+    def sign_as(self, key: ParticipantKey, purpose: str, body: dict[str, Any]) -> str:
+        """A record signed by a participant (``key``): ``{"body": ..., "sig": ...}``."""
+        signature = key.sign(purpose, canonical_json(body).encode())
+        return canonical_json({"body": body, "sig": b64(signature)})
+
+    def verify_by(self, public_key: bytes, purpose: str, text: Any) -> dict[str, Any]:
+        """The body of a record the participant of ``public_key`` signed for ``purpose``.
+
+        Raises:
+            UntrustedRecordError: If it is malformed or not signed by that key for ``purpose``
+                in this federation.
+        """
+        body, signature = _split_signed(text)
+        message = canonical_json(body).encode()
+        if not verify_signature(public_key, self.federation_id, purpose, message, signature):
+            raise UntrustedRecordError(
+                f"the {purpose} record is not signed by the participant's enrolled key"
+            )
         return body
 
     def sign_config(self, config_json: str) -> str:
@@ -290,6 +313,24 @@ class Trust:
             return counter, plaintext.decode("utf-8")
         except UnicodeDecodeError:
             raise UploadRejected("malformed sealed content") from None
+
+    # ------------------------------------------------------------------ sealed to the server
+    def seal_to_server(self, info: bytes, plaintext: bytes) -> str:
+        """``plaintext`` sealed (HPKE) to the server, bound to ``info``: base64 text."""
+        return b64(_SUITE.encrypt(plaintext, self.identity.sealing_public_key(), info=info))
+
+    def open_sealed(self, info: bytes, text: Any) -> bytes:
+        """Open what :meth:`seal_to_server` sealed with the same ``info`` (the server only).
+
+        Raises:
+            UntrustedRecordError: If it is malformed, bound to another ``info`` or not sealed to
+                this server.
+        """
+        keys = self.require_server_keys()
+        try:
+            return _SUITE.decrypt(unb64(text, "sealed text"), keys.sealing_private_key, info=info)
+        except (InvalidTag, ValueError):
+            raise UntrustedRecordError("a sealed field cannot be opened") from None
 
     # -------------------------------------------------------------------- private records
     def seal_private(self, purpose: str, text: str) -> str:

@@ -103,8 +103,9 @@ class FedSampler(BaseSampler):
       marks the participant finished (lost, when the process ends on an unhandled exception);
       ``optuna-fedbo serve`` ends when every participant has finished or is lost.
       :attr:`counts` tells how many trials were initial, local and federated; the counts and
-      the typical trial duration are published in the lease (they appear in ``optuna-fedbo
-      status``, and the server's default round timeout derives from the trial durations).
+      the typical trial duration go into the lease sealed to the server, renewed on the
+      heartbeat's schedule (the operator's ``optuna-fedbo status`` shows them, and the server's
+      default round timeout derives from the trial durations).
     * **No silent no-ops.** The participant warns once (an Optuna warning) when no server has
       been seen, when the server is down, when too few participants run for any round to
       close, and, at :meth:`finish`, when its study used no broadcast at all.
@@ -186,7 +187,9 @@ class FedSampler(BaseSampler):
         try:
             if finished:
                 self._lease.resume()
-            elif renew:
+            elif renew and not self._lease.beats:
+                # Only where no heartbeat thread renews: a write at the end of every trial
+                # would tell anyone watching the storage when this participant's trials end.
                 self._lease.renew()
         except Exception:
             _logger.debug("Could not renew the participant's lease.", exc_info=True)

@@ -171,10 +171,11 @@ def simulate(
         quiet: Silence Optuna's per-trial log lines during the run.
         as_table: Return :meth:`SimulationResult.table` instead of the result object.
         insecure_noise_seed: Research runs only, and NOT private: seed the server's
-            differential-privacy subsampling and noise (Fed-PNE: the participants' reward noise)
-            so that a DP comparison can be rerun exactly. ``None`` (the default) draws them from
-            the operating system's entropy, as a real federation does; the server, the samplers
-            and the command line refuse this seed.
+            differential-privacy subsampling and noise (Fed-PNE: the participants' reward noise;
+            ``aggregation="sample"``: the order of the relayed vectors, which a real server
+            keeps secret) so that a comparison can be rerun exactly. ``None`` (the default)
+            draws them from the operating system's entropy, as a real federation does; the
+            server, the samplers and the command line refuse this seed.
 
     With a :class:`~optuna_fedbo.federation.fedpne.config.FedPNEConfig` protocol this runs
     :func:`~optuna_fedbo.simulation.fedpne.simulate_fedpne`: a round is a Fed-PNE
@@ -272,6 +273,9 @@ def _run(
             f"Research run: the DP noise of {federation.name!r} comes from "
             f"insecure_noise_seed={insecure_noise_seed}; it protects nobody who knows the seed."
         )
+        server._use_insecure_noise_seed(insecure_noise_seed)
+    elif insecure_noise_seed is not None and federation.fts.aggregation == "sample":
+        # The relay order, secret in a real federation, repeats with the seed.
         server._use_insecure_noise_seed(insecure_noise_seed)
     kwargs = dict(sampler_kwargs or {})
 

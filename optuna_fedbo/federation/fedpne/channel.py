@@ -29,7 +29,7 @@ from optuna_fedbo.federation.fedpne.config import NodeSpace
 from optuna_fedbo.federation.fedpne.messages import encode_means_upload
 from optuna_fedbo.federation.fedpne.messages import parse_phase_broadcast
 from optuna_fedbo.federation.fedpne.messages import PhaseBroadcast
-from optuna_fedbo.federation.lease import LeaseBook
+from optuna_fedbo.federation.lease import lease_book
 from optuna_fedbo.federation.trust import UntrustedRecordError
 
 _logger = optuna.logging.get_logger(__name__)
@@ -309,7 +309,7 @@ class FedPNEChannel:
             keys = federation.store.upload_keys(view.round)
             uploaded = tuple(c for c in participants if c in keys)
             missing = tuple(c for c in participants if c not in keys)
-        states = LeaseBook(federation.store).states() if missing else {}
+        states = lease_book(federation).states() if missing else {}
         departed = {c: states[c].status for c in missing if c in states and states[c].departed}
         communication = (
             dict(view.broadcast.communication)

@@ -26,13 +26,13 @@ from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
-from optuna.storages import InMemoryStorage
 
 from optuna_fedbo.core.fedpne import Phase
 from optuna_fedbo.federation._codec import canonical_json
 from optuna_fedbo.federation.keys import b64
 from optuna_fedbo.federation.keys import ParticipantKey
 from optuna_fedbo.federation.keys import unb64
+from optuna_fedbo.federation.location import persists_keys
 
 RELEASE_FORMAT = 1
 _PURPOSE = "fedpne-release"
@@ -59,7 +59,7 @@ class ReleaseBook:
         self._config_hash = federation.config_hash
         self._folder: Path | None = None
         self._cipher: ChaCha20Poly1305 | None = None
-        if not isinstance(federation.storage, InMemoryStorage):
+        if persists_keys(federation.storage):
             key: ParticipantKey = federation._participant_key(client_id)
             where = ParticipantKey.path(self._federation_id, client_id, federation._key_dir)
             self._folder = where.with_name(where.stem + ".releases")

@@ -222,7 +222,7 @@ class FedPNEServer(FederationServer):
         published = [b for b in broadcasts if b.state == TrialState.COMPLETE]
         last = max((b.round for b in published), default=-1)
         latest = self._store.latest()
-        if published and (latest is None or int(latest["round"]) < last):
+        if published and (latest is None or "scanned" in latest or int(latest["round"]) < last):
             newest = max(published, key=lambda b: b.round)
             self._store.commit_broadcast(newest.trial_id, last, int(newest.value or 0))
         saved = self._states.rounds()

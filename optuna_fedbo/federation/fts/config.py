@@ -13,6 +13,7 @@ from optuna_fedbo.federation.config import _non_negative_int
 from optuna_fedbo.federation.config import _positive_float
 from optuna_fedbo.federation.config import _positive_int
 from optuna_fedbo.federation.config import ProtocolConfig
+from optuna_fedbo.federation.fts.influence import check_without_privacy
 from optuna_fedbo.federation.fts.schedules import check_schedule_name
 from optuna_fedbo.search_space import SearchSpaceEncoder
 
@@ -112,6 +113,13 @@ class FTSConfig(ProtocolConfig):
             broadcast uses it from its first trial) or ``"schedule"`` (the papers: with
             probability ``p_t`` local Thompson sampling, else the broadcast function's
             maximizer).
+        min_contributors: Without differential privacy, the fewest distinct participants whose
+            uploads a published round aggregates (default 2): a round that closes with fewer
+            (forced, or after its timeout) publishes nothing, stays open and keeps the previous
+            broadcast, so that no broadcast is one participant's upload alone. A federation of
+            fewer participants is refused at creation; 1 publishes a lone participant's model
+            (readable by anyone with the storage URL), with a warning. With differential
+            privacy the noise protects each contribution and this is not used.
     """
 
     kind: ClassVar[str] = "fts"
@@ -130,6 +138,7 @@ class FTSConfig(ProtocolConfig):
     normalization: str = "shared"
     initial_design: str = "space-filling"
     transfer: str = "prior"
+    min_contributors: int = 2
 
     def __post_init__(self) -> None:
         if self.n_features is not None:
@@ -177,6 +186,7 @@ class FTSConfig(ProtocolConfig):
         _choice("normalization", self.normalization, NORMALIZATIONS)
         _choice("initial_design", self.initial_design, ("space-filling", "uniform"))
         _choice("transfer", self.transfer, ("prior", "schedule"))
+        _positive_int("min_contributors", self.min_contributors)
 
     def resolve(self, encoder: SearchSpaceEncoder, privacy: Any) -> FTSConfig:
         """``n_features=None`` and ``aggregation=None`` made explicit for this search space and
@@ -225,6 +235,10 @@ class FTSConfig(ProtocolConfig):
                 "DPConfig needs aggregation='weighted' (DP-FTS / DP-FTS-DE): the original FTS "
                 "relays every agent's vector, which no amount of noise on an aggregate protects."
             )
+
+    def check_creation(self, n_clients: int, privacy: Any) -> None:
+        if privacy is None:
+            check_without_privacy(self, n_clients)
 
     def check_search_space(self, encoder: SearchSpaceEncoder) -> None:
         if self.n_subregions > 1 and all(

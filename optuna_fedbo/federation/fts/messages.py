@@ -182,9 +182,10 @@ class Broadcast:
     Attributes:
         round: The round index ``t``.
         aggregation: ``"weighted"``: ``vectors[i]`` is ``omega_t^(i)`` of sub-region ``i``;
-            ``"sample"``: ``vectors`` holds the vectors of the agents that uploaded, in random
-            order, to draw from; ``"pooled"``: ``vectors[0]`` is the posterior mean given all
-            participants' statistics, on feature block ``feature_block``.
+            ``"sample"``: ``vectors`` holds the vectors of the agents that uploaded, in an
+            order secret to the server, to draw from; ``"pooled"``: ``vectors[0]`` is the
+            posterior mean given all participants' statistics, on feature block
+            ``feature_block``.
         vectors: Array of shape ``(P, M)`` or ``(K, M)`` (read-only).
         n_contributors: Number of participants whose vectors entered the round; -1 (withheld)
             under differential privacy, where the count would reveal participation.

@@ -12,8 +12,10 @@ One round (DP-FTS-DE, Algorithm 1) is ``collect -> aggregate -> publish``:
    ``omega^(i) = sum_n phi_n^(i) omega_n`` with DP-FTS-DE's softmax weights
    (:func:`optuna_fedbo.core.weights.subregion_weights`, renormalized over the participants
    that uploaded); for ``aggregation="sample"`` (original FTS), the uploaded vectors themselves in
-   random order; for ``aggregation="pooled"`` (the default without differential privacy), the
+   an order secret to the server; for ``aggregation="pooled"`` (the default without DP), the
    posterior mean given all participants' summed statistics (:mod:`optuna_fedbo.core.pooling`);
+   each participant's weight bounded, and nothing published of fewer than ``min_contributors``
+   (:mod:`optuna_fedbo.federation.fts.influence`);
 3. *publish*: sign the broadcast (with receipts of the uploads received in time) and stage it
    as a ``RUNNING`` trial, open the next round's uploads, then complete the trial and move the
    signed ``latest`` pointer, and finally discard the uploads.
@@ -49,6 +51,7 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
+from optuna_fedbo.core.pooling import block_sizes
 from optuna_fedbo.core.pooling import select_posterior
 from optuna_fedbo.core.pooling import unpack_blocks
 from optuna_fedbo.core.posterior import SufficientStatistics
@@ -60,6 +63,9 @@ from optuna_fedbo.federation._polling import poll_rounds
 from optuna_fedbo.federation._uploads import UploadCollector
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.federation import Federation
+from optuna_fedbo.federation.fts.influence import bounded
+from optuna_fedbo.federation.fts.influence import secret_order
+from optuna_fedbo.federation.fts.influence import withheld_message
 from optuna_fedbo.federation.fts.messages import encode_broadcast
 from optuna_fedbo.federation.fts.messages import parse_broadcast
 from optuna_fedbo.federation.fts.messages import parse_upload
@@ -74,17 +80,6 @@ from optuna_fedbo.privacy._gaussian import AggregationResult
 from optuna_fedbo.privacy._rng import research_rng
 
 _logger = optuna.logging.get_logger(__name__)
-
-#: Without differential privacy each vector is clipped to this many times the round's median
-#: norm (from 3 uploads on), so one absurd vector cannot dominate the broadcast.
-ROBUST_CLIP_FACTOR = 10.0
-
-
-def _norms(vectors: np.ndarray) -> np.ndarray:
-    """Row norms without overflow (vectors up to the largest finite floats)."""
-    scale = np.max(np.abs(vectors), axis=1)
-    safe = np.where(scale > 0, scale, 1.0)
-    return np.linalg.norm(vectors / safe[:, None], axis=1) * scale
 
 
 @dataclass
@@ -151,6 +146,7 @@ class FTSServer(FederationServer):
         # (participants and digests, vectors, feature block) of the last pooled aggregation.
         self._last_pooled: tuple[tuple[tuple[str, str], ...], np.ndarray, int] | None = None
         self._last_published = -1
+        self._withheld = -1  # the last round reported as withheld for want of contributors
         self._staged: _Staged | None = None
         self._ledger: PrivacyLedger | None = None
         if federation.privacy is not None:
@@ -160,7 +156,8 @@ class FTSServer(FederationServer):
         self._recover()
 
     def _use_insecure_noise_seed(self, insecure_noise_seed: int) -> None:
-        """Draw subsampling and noise from a seeded generator: for ``simulate()`` only.
+        """Draw subsampling and noise (or the relay order of ``"sample"``) from a seeded
+        generator: for ``simulate()`` only.
 
         The privacy guarantee is void against whoever knows the seed; the public constructor
         refuses it, and only :func:`optuna_fedbo.simulation.simulate` calls this.
@@ -180,8 +177,9 @@ class FTSServer(FederationServer):
         broadcasts = self._store.broadcasts()
         published = [b for b in broadcasts if b.state == TrialState.COMPLETE]
         self._last_published = max((b.round for b in published), default=-1)
-        latest = self._store.latest()
-        if published and (latest is None or int(latest["round"]) < self._last_published):
+        pointer = self._store.latest()
+        stale = pointer is None or "scanned" in pointer or pointer["round"] < self._last_published
+        if published and stale:  # a crash before the pointer moved, or an older pointer
             newest = max(published, key=lambda b: b.round)
             self._store.commit_broadcast(
                 newest.trial_id, self._last_published, int(newest.value or 0)
@@ -202,13 +200,15 @@ class FTSServer(FederationServer):
                 )
                 self._store.purge_broadcast(broadcast.trial_id)
         if self._staged is None and self._ledger is not None and self._exhausted is None:
-            payload = self._ledger.unreleased(open_round, {b.digest for b in broadcasts})
-            if payload is not None:
+            accounted = self._ledger.unreleased(open_round, {b.digest for b in broadcasts})
+            if accounted is not None:
+                payload, receipts = accounted
                 _logger.warning(
                     f"Round {open_round} was accounted but not staged (a crash): publishing the "
                     "accounted payload."
                 )
                 self._ensure_current()
+                self._uploads.receipts = {r: r for r in receipts}  # kept with it in the ledger
                 trial_id = self._store.stage_broadcast(open_round, self._sign(open_round, payload))
                 self._staged = self._resumed(trial_id, payload)
         if self._last_published >= 0 and self._discard:
@@ -225,7 +225,7 @@ class FTSServer(FederationServer):
     def _sign(self, round_index: int, payload: str, ledger_count: int | None = None) -> str:
         """The signed broadcast record (with the receipts of the round's valid uploads)."""
         if ledger_count is None:
-            ledger_count = 0 if self._ledger is None else len(self._ledger.verified())
+            ledger_count = 0 if self._ledger is None else self._ledger.n_released()
         return self._store.sign_broadcast(
             round_index,
             payload,
@@ -277,6 +277,8 @@ class FTSServer(FederationServer):
             reason = self._closing_reason(round_index, uploads, force)
             if reason is None:
                 return None
+            if self._ledger is None and len(uploads) < self._fts.min_contributors:
+                return self._withhold(round_index, uploads, rejected)
             private = entry = None
             phi_max = 0.0
             feature_block = 0
@@ -308,6 +310,7 @@ class FTSServer(FederationServer):
                     epoch=self._epoch,
                     noise_std=private.noise_std,
                     phi_max=phi_max,
+                    receipts=tuple(self._uploads.receipts.values()),
                 )
             signed = self._sign(round_index, payload, None if entry is None else entry.n_accounted)
             self._ensure_current()  # again: aggregation took time, and staging is a release
@@ -376,18 +379,13 @@ class FTSServer(FederationServer):
         return None
 
     def _aggregate(self, round_index: int, uploads: list[Upload]) -> tuple[np.ndarray, int]:
-        """The non-private aggregation, robust to a few poisoned uploads; and its feature block.
+        """The non-private aggregation, each participant's weight bounded; and its feature block.
 
-        ``"pooled"``: the posterior mean given the participants' statistics together, each
-        counting for at most ``ROBUST_CLIP_FACTOR`` times the median participant's
-        observations and value spread, on the feature block and with the noise variance and
-        participants' offsets of largest evidence
-        (:func:`~optuna_fedbo.core.pooling.select_posterior`).
-
-        Otherwise every vector is clipped to ``ROBUST_CLIP_FACTOR`` times the median norm of
-        the round's vectors (from 3 uploads on): honest draws are heavy-tailed (99th
-        percentile about 8x the median), a poisoned one cannot outweigh the others by more
-        than that factor.
+        ``"pooled"``: the posterior mean given the participants' statistics together (none
+        weighing more than the heaviest other one), on the feature block and with the noise
+        variance and offsets of largest evidence
+        (:func:`~optuna_fedbo.core.pooling.select_posterior`). Every vector, and the pooled
+        mean, is clipped to the norm the model allows (:func:`.influence.bounded`).
         """
         if self._fts.aggregation == "pooled":
             # The same statistics as the last round's (participants between refreshes): the
@@ -396,22 +394,14 @@ class FTSServer(FederationServer):
             held = [self._held[u.client_id] for u in uploads]
             key = tuple((u.client_id, digest) for u, (digest, _, _) in zip(uploads, held))
             if self._last_pooled is None or self._last_pooled[0] != key:
-                block, mean = select_posterior(
-                    [blocks for _, _, blocks in held], robust_factor=ROBUST_CLIP_FACTOR
-                )
-                self._last_pooled = (key, mean[None, :], block)
+                block, mean = select_posterior([blocks for _, _, blocks in held])
+                size = block_sizes(self._fts.n_features)[block]
+                self._last_pooled = (key, bounded(mean[None, :], size, round_index), block)
             return self._last_pooled[1], self._last_pooled[2]
-        omegas = np.stack([u.omega for u in uploads])
-        if len(omegas) >= 3:
-            norms = _norms(omegas)
-            bound = ROBUST_CLIP_FACTOR * float(np.median(norms))
-            if bound > 0:
-                omegas = omegas * np.minimum(1.0, bound / np.maximum(norms, 1e-300))[:, None]
+        omegas = bounded(np.stack([u.omega for u in uploads]), self._fts.n_features, round_index)
         if self._fts.aggregation == "sample":
-            # Public randomness (no privacy is at stake without DP): reproducible from the
-            # federation's seed, so research runs with a fixed seed repeat exactly.
-            order = np.random.default_rng([self.federation.seed, round_index])
-            return omegas[order.permutation(len(omegas))], 0
+            # Secret to the server (OS entropy; a research simulation's seed, if it gave one).
+            return omegas[secret_order(len(omegas), self._noise_rng)], 0
         indices = np.array([self.federation.index_of(u.client_id) for u in uploads])
         weights = subregion_weights(
             self.federation.assignment(),
@@ -420,6 +410,20 @@ class FTSServer(FederationServer):
             schedule=self._weights,
         )
         return np.array(aggregate(omegas, indices, weights, mechanism=None).vectors), 0
+
+    def _withhold(
+        self, round_index: int, uploads: list[Upload], rejected: tuple[tuple[str, str], ...]
+    ) -> RoundReport | None:
+        """Publish nothing of a round with too few contributors; report it once."""
+        if self._withheld == round_index:
+            return None
+        self._withheld = round_index
+        count, minimum = len(uploads), self._fts.min_contributors
+        _logger.warning(withheld_message(self.federation.name, round_index, count, minimum))
+        contributors = tuple(u.client_id for u in uploads)
+        return RoundReport(
+            round_index, count, contributors, rejected, "withheld", time.time(), published=False
+        )
 
     def _privatize(
         self, round_index: int, uploads: list[Upload]
