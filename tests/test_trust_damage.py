@@ -27,6 +27,7 @@ from optuna_fedbo.federation import FederationDamagedError
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation import ServerSupersededError
+from optuna_fedbo.federation._damage import reopen_uploads
 from optuna_fedbo.federation.fts.messages import encode_upload
 from optuna_fedbo.federation.keys import ServerKeys
 
@@ -112,6 +113,26 @@ def test_an_upload_to_a_closed_round_is_refused_by_the_client(tmp_path: Path) ->
     server.step()
     with pytest.raises(KeyError, match="Round 0 of .* is closed"):
         fed.send_upload("c0", 0, _payload(fed, "c0", 0))
+
+
+def test_a_participant_resends_into_an_uploads_study_the_server_created_again(
+    tmp_path: Path,
+) -> None:
+    fed = _federation(tmp_path)
+    _upload(fed, "c0", 0)  # this process now knows round 0's uploads study by its id
+    # A newer study exists, so the one created again gets a new id (SQLite reuses only the
+    # highest; PostgreSQL never reuses one) ...
+    fed.storage.create_new_study([StudyDirection.MINIMIZE], f"other-{uuid.uuid4().hex[:8]}")
+    study_name = fed.store.uploads_study_name(0)
+    fed.storage.delete_study(fed.storage.get_study_id_from_name(study_name))
+    # ... by the server's own process, before the participant re-sends.
+    server_side = Federation.load(fed.name, fed.storage, key_dir=tmp_path / "keys")
+    assert reopen_uploads(server_side.store, 0)
+    # The participant's re-send lands in the new study, and the round closes with it.
+    _upload(fed, "c0", 0)
+    _upload(fed, "c1", 1)
+    assert set(server_side.store.read_uploads(0)) == {"c0", "c1"}
+    assert FederationServer(server_side).step().contributors == ("c0", "c1")
 
 
 # ---------------------------------------------------------------------- real processes

@@ -131,8 +131,9 @@ def write_to_open_round(store: Any, round_index: int, client_id: str, sealed: st
         return
     except KeyError:
         opening_for(store, round_index)  # KeyError if the server closed the round meanwhile
-        if not reopen_uploads(store, round_index, warn=False):
-            raise
+        # Missing: create it again. Present: the server created it again first, and the
+        # failed write only dropped this process's cached id of the deleted one.
+        reopen_uploads(store, round_index, warn=False)
     store.write_upload(round_index, client_id, sealed)
 
 
