@@ -433,6 +433,7 @@ def _privacy_argument(args: argparse.Namespace, base: DPConfig | None) -> DPConf
 
 
 def _serve(args: argparse.Namespace) -> int:
+    idle_timeout = _seconds_or_none(args.idle_timeout, "--idle-timeout")
     federation = _load(args)
     server = FederationServer(
         federation,
@@ -471,7 +472,7 @@ def _serve(args: argparse.Namespace) -> int:
             max_rounds=args.max_rounds,
             timeout=args.timeout,
             callback=show,
-            idle_timeout=_seconds_or_none(args.idle_timeout, "--idle-timeout"),
+            idle_timeout=idle_timeout,
         )
     finally:
         server.announce(stopped="serve ended")

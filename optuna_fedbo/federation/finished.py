@@ -44,7 +44,7 @@ def start_over(federation: Federation) -> str:
     location = storage_location(federation.storage)
     name = federation.name
     if location is None:
-        return f"create a new federation (in memory, {name!r} lives as long as its process)"
+        return f"to start over, create the federation under a new name ({name!r} is in memory)"
     pin = pin_path(federation.store, getattr(federation, "_key_dir", None))
     kind, _, path = location.partition(":")
     where = path if kind in ("sqlite", "journal") else f"its studies ({name!r}, {name}:fedbo:*)"
