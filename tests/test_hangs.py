@@ -24,7 +24,9 @@ from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation.cli import main as cli_main
 from optuna_fedbo.federation.finished import FederationFinishedError
 from optuna_fedbo.federation.finished import finished_record
+from optuna_fedbo.federation.lifecycle import Problem
 from optuna_fedbo.samplers._waiting import optimize_deadline
+from optuna_fedbo.samplers._waiting import Waits
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -75,20 +77,21 @@ def _too_few_participants(fed: Federation) -> None:
 
 
 @pytest.mark.parametrize(
-    ("n_clients", "situation", "patience", "reason"),
+    ("n_clients", "situation", "patience", "limit", "reason"),
     [
-        (1, _no_server, 0.2, "no server has been seen"),
-        (1, _stopped_server, 3600.0, "the server stopped"),  # at once, whatever the patience
-        (3, _too_few_participants, 0.2, "1 run"),
+        (1, _no_server, 0.2, 60.0, "no server has been seen"),
+        (1, _stopped_server, 3600.0, 60.0, "the server stopped"),  # at once, whatever patience
+        # Too few running: bounded by the limit (a participant may be restarting), then at once.
+        (3, _too_few_participants, 0.0, 0.5, "(sync_timeout=0.5 s) has passed and 1 of 3"),
     ],
 )
 def test_a_synchronous_site_stops_waiting_with_the_reason_and_runs_locally(
-    propagate, caplog, n_clients, situation, patience, reason
+    propagate, caplog, n_clients, situation, patience, limit, reason
 ) -> None:
     fed = _fts(n_clients)
     situation(fed)
     sampler = fb.FedSampler(
-        fed, client_id="a", seed=0, synchronous=True, sync_timeout=60.0, patience=patience,
+        fed, client_id="a", seed=0, synchronous=True, sync_timeout=limit, patience=patience,
         poll_interval=0.01, n_candidates=32, n_refinements=0,
     )  # fmt: skip
     study = optuna.create_study(direction="maximize", sampler=sampler)
@@ -276,3 +279,52 @@ def test_cli_serve_idle_timeout(tmp_path, capsys, caplog) -> None:
     assert "never started: 1 never joined (of 2 declared)" in capsys.readouterr().out
     assert cli_main([*args, "--idle-timeout", "auto"]) == 2
     assert "--idle-timeout must be a number of seconds or 'none'" in capsys.readouterr().err
+
+
+class _Problems:
+    """A participant stand-in whose federation reports the given lifecycle problems."""
+
+    client_id = "a"
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+        self.federation = self
+        self.warned: set[str] = set()
+
+    def lifecycle(self) -> _Problems:
+        return self
+
+    def _first(self, key: str) -> bool:
+        first = key not in self.warned
+        self.warned.add(key)
+        return first
+
+
+def test_a_problem_given_up_on_is_not_waited_for_again_until_it_goes_away() -> None:
+    site = _Problems()
+    site.problems = [Problem("no-server", "no server has been seen")]
+    patient = Waits(site, limit=("sync_timeout", None), patience=3600.0, fallback="local")
+    assert not patient.begin("round 1").over()  # a new problem: patience
+    impatient = Waits(site, limit=("sync_timeout", None), patience=0.0, fallback="local")
+    wait = impatient.begin("round 1")
+    assert wait.over() and wait.reason == ("no-server", "no server has been seen")
+    impatient._patience = 3600.0  # later waits: at once while the problem lasts
+    assert impatient.begin("round 2").over()
+    site.problems = []  # the server came
+    assert not impatient.begin("round 3").over()
+    site.problems = [Problem("no-server", "no server has been seen")]
+    assert not impatient.begin("round 4").over()  # it went away: patience again
+    site.problems = [Problem("server-stopped", "the server stopped")]
+    assert impatient.begin("round 5").over()  # nothing is published until it runs: at once
+    # Too few participants running: never early (one may be restarting) ...
+    site.problems = [Problem("roster", "1 of 3 run")]
+    assert not Waits(site, limit=("l", None), patience=0.0, fallback="local").begin("r").over()
+    # ... but once a wait's limit passed while it lasted, later waits end at once.
+    short = Waits(site, limit=("sync_timeout", 0.0), patience=3600.0, fallback="local")
+    first = short.begin("round 6")
+    assert first.over() and first.reason == (
+        "limit",
+        "its limit (sync_timeout=0 s) has passed and 1 of 3 run",
+    )
+    short._limit = ("sync_timeout", None)
+    assert short.begin("round 7").over()

@@ -8,9 +8,11 @@ A wait ends, at the latest, at the first of:
   on this thread's stack; no deadline under ask-and-tell);
 * at once, when the federation has finished or its server has stopped serving (nothing will be
   published until someone starts it again);
-* after ``patience`` seconds while something else keeps rounds from closing (no server seen, a
-  server not seen recently, too few participants running), and at once in later waits while
-  that lasts: a site alone waits once, not at every trial.
+* after ``patience`` seconds while no server is seen or the server is not seen recently, and at
+  once in later waits while that lasts: a site alone waits once, not at every trial. Too few
+  participants running is no reason to stop early (a participant may be restarting, and the
+  paper's lock-step waits for it): the wait's limit bounds it, and its warning names the
+  problem; later waits then end at once while it lasts.
 
 The sampler then continues with its documented local policy (FTS: its local model; Fed-PNE: the
 current best node). Each reason is logged once per sampler as a warning (later ones at debug).
@@ -33,6 +35,8 @@ _logger = optuna.logging.get_logger(__name__)
 
 #: Problems after which a wait ends at once (nothing is published until someone acts).
 _DEFINITIVE = ("finished", "server-stopped")
+#: Problems after which a wait ends once they have lasted ``patience`` seconds.
+_PATIENT = ("no-server", "server-down")
 #: Longest interval between a wait's reads of the federation's problems.
 _CHECK_INTERVAL = 1.0
 
@@ -112,6 +116,8 @@ class Wait:
         self._end = min(ends) if ends else None
         self._checked = -float("inf")
         self._first_seen: dict[str, float] = {}
+        self._problems: dict[str, str] = {}
+        self._key: str | None = None  # the problem a warning is given once for
         #: Why the wait ended without what it waited for: ``(kind, text)``.
         self.reason: tuple[str, str] | None = None
 
@@ -121,38 +127,53 @@ class Wait:
 
     def over(self) -> bool:
         """Whether the wait must end now (then :attr:`reason` says why)."""
-        if self.reason is not None:
-            return True
+        if self.reason is None:
+            self.reason = self._problem() or self._expired()
+        return self.reason is not None
+
+    def _problem(self) -> tuple[str, str] | None:
+        """A problem that ends the wait now (the federation's problems, read now and then)."""
         now = time.monotonic()
         waits = self._waits
-        if self._end is not None and now >= self._end[0]:
-            name, seconds = waits._limit
-            self.reason = (
-                ("limit", f"its limit ({name}={seconds:g} s) has passed")
-                if self._end[1] == "limit"
-                else ("deadline", "the timeout of study.optimize is reached")
-            )
-            return True
         if now - self._checked < min(_CHECK_INTERVAL, max(waits._patience / 4, 0.01)):
-            return False
+            return None
         self._checked = now
         try:
             problems = {p.kind: p.text for p in waits._sampler.federation.lifecycle().problems}
         except Exception:
             _logger.debug("Could not read the federation's lifecycle.", exc_info=True)
-            return False
+            return None
+        self._problems = problems
         waits._given_up &= set(problems)  # a problem that went away is waited for again
         for kind, text in problems.items():
             first = self._first_seen.setdefault(kind, now)
-            if kind in _DEFINITIVE or kind in waits._given_up or now - first >= waits._patience:
+            if (
+                kind in _DEFINITIVE
+                or kind in waits._given_up
+                or (kind in _PATIENT and now - first >= waits._patience)
+            ):
                 waits._given_up.add(kind)
-                self.reason = (kind, text)
-                return True
-        return False
+                return kind, text
+        return None
+
+    def _expired(self) -> tuple[str, str] | None:
+        """The limit or the optimize deadline, if it has passed."""
+        if self._end is None or time.monotonic() < self._end[0]:
+            return None
+        if self._end[1] == "deadline":
+            return "deadline", "the timeout of study.optimize is reached"
+        name, seconds = self._waits._limit
+        text = f"its limit ({name}={seconds:g} s) has passed"
+        roster = self._problems.get("roster")
+        if roster is None:
+            return "limit", text
+        self._waits._given_up.add("roster")  # later waits: at once while it lasts
+        self._key = "roster"
+        return "limit", f"{text} and {roster}"
 
     def end(self, arrived: bool) -> None:
         """Log why the wait ended empty (once per reason and participant)."""
-        if arrived or self.reason is None:
+        if arrived or not self.over():  # (a wait that timed out elsewhere learns why here)
             return
         kind, text = self.reason
         sampler = self._waits._sampler
@@ -163,7 +184,7 @@ class Wait:
             + ("" if kind in ("limit", "deadline") else " while that lasts")
             + "."
         )
-        if sampler._first(f"wait:{kind}"):
+        if sampler._first(f"wait:{self._key or kind}"):
             _logger.warning(message)
         else:
             _logger.debug(message)
