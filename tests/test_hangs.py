@@ -105,17 +105,20 @@ def test_a_synchronous_site_stops_waiting_with_the_reason_and_runs_locally(
     assert modes[2:] == ["fallback"] * 6  # the local model, every trial after the design
 
 
-def test_a_wait_ends_at_the_study_optimize_timeout_fts() -> None:
+def test_a_wait_ends_at_the_study_optimize_timeout_fts(propagate, caplog) -> None:
     fed = _fts(1)
     sampler = fb.FedSampler(
         fed, client_id="a", seed=0, synchronous=True, sync_timeout=None, patience=3600.0,
         poll_interval=0.01, n_candidates=32, n_refinements=0,
     )  # fmt: skip
     study = optuna.create_study(direction="maximize", sampler=sampler)
+    study.optimize(_objective, n_trials=2)  # the initial design: no wait
     started = time.monotonic()
-    study.optimize(_objective, timeout=1.0)  # no server, no limit, no patience: only this
+    with caplog.at_level(logging.WARNING):
+        study.optimize(_objective, timeout=1.0)  # no server, no limit, no patience: only this
     assert time.monotonic() - started < BOUND
-    assert len(study.trials) >= 3  # it got past the initial design and waited, then ended
+    (stop,) = _warnings(caplog, "stopped waiting for the broadcast of round 0")
+    assert "timeout of study.optimize" in stop
 
 
 def test_a_fed_pne_participant_without_server_honours_the_optimize_timeout(
@@ -126,9 +129,11 @@ def test_a_fed_pne_participant_without_server_honours_the_optimize_timeout(
         fed, client_id="a", seed=0, phase_timeout=None, patience=3600.0, poll_interval=0.01
     )
     study = optuna.create_study(direction="maximize", sampler=sampler)
+    objective = lambda t: -abs(t.suggest_float("x", 0, 1) - 0.3)  # noqa: E731
+    study.optimize(objective, n_trials=fed.channel.initial_phase.budget)  # its pulls: no wait
     started = time.monotonic()
     with caplog.at_level(logging.WARNING):
-        study.optimize(lambda t: -abs(t.suggest_float("x", 0, 1) - 0.3), timeout=1.0)
+        study.optimize(objective, timeout=1.0)
     assert time.monotonic() - started < BOUND  # not for ever
     modes = [t.system_attrs["fedbo:mode"] for t in study.trials]
     assert modes[-1] == "timeout" and "pull" in modes  # pulls, then the local policy
