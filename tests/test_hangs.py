@@ -37,7 +37,7 @@ BOUND = 20.0
 
 
 def _fts(n_clients: int = 1, storage=None) -> Federation:
-    config = FTSConfig(n_features=20, n_init=2, aggregation="weighted")
+    config = FTSConfig(n_features=20, n_init=2, aggregation="weighted", min_contributors=1)
     return Federation.create(
         f"hang-{next(_names)}", search_space=SPACE, n_clients=n_clients, storage=storage,
         protocol=config, seed=1,

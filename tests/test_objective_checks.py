@@ -27,7 +27,8 @@ _names = itertools.count()
 def _fts(direction=None, storage=None) -> Federation:
     return Federation.create(
         f"objective-{next(_names)}", search_space=SPACE, n_clients=1, storage=storage,
-        protocol=FTSConfig(n_features=20, n_init=2), seed=1, direction=direction,
+        protocol=FTSConfig(n_features=20, n_init=2, min_contributors=1), seed=1,
+        direction=direction,
     )  # fmt: skip
 
 
@@ -48,7 +49,7 @@ def _warnings(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
 def test_a_site_of_the_other_direction_is_refused_with_the_fix(protocol) -> None:
     fed = Federation.create(
         f"direction-{next(_names)}", search_space=SPACE, n_clients=1, seed=1,
-        protocol=FTSConfig(n_features=20, n_init=2) if protocol == "fts"
+        protocol=FTSConfig(n_features=20, n_init=2, min_contributors=1) if protocol == "fts"
         else FedPNEConfig(horizon=40),
         direction="maximize",
     )  # fmt: skip
@@ -84,7 +85,8 @@ def test_load_if_exists_names_a_different_direction() -> None:
     with pytest.raises(ValueError, match="direction: 'maximize' != 'minimize'"):
         Federation.create(
             fed.name, search_space=SPACE, n_clients=1, storage=fed.storage,
-            protocol=FTSConfig(n_features=20, n_init=2), seed=1, direction="minimize",
+            protocol=FTSConfig(n_features=20, n_init=2, min_contributors=1), seed=1,
+            direction="minimize",
             load_if_exists=True,
         )  # fmt: skip
 
