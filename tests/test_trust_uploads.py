@@ -403,6 +403,7 @@ def test_a_spy_with_the_storage_url_recovers_no_vector(kind: str, tmp_path: Path
          "--name", name, "--poll-interval", "0.02", "--timeout", "120", "--max-rounds", "5"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
     )  # fmt: skip
+    assert "serving" in server.stdout.readline()  # participants start once a server runs
     spy = subprocess.Popen(
         [python, "-c", _SPY, storage, str(tmp_path / "done"), str(tmp_path / "spy.json")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
@@ -420,7 +421,7 @@ def test_a_spy_with_the_storage_url_recovers_no_vector(kind: str, tmp_path: Path
     try:
         for worker in workers:
             out, err = worker.communicate(timeout=180)
-            assert worker.returncode == 0, err[-3000:]
+            assert worker.returncode == 0, (out[-3000:], err[-3000:])
         server.communicate(timeout=120)
         (tmp_path / "done").touch()
         out, err = spy.communicate(timeout=120)

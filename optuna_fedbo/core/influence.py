@@ -42,7 +42,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import chi2
 
 from optuna_fedbo.privacy._gaussian import clip_to_norm
 
@@ -70,6 +69,8 @@ def vector_norm_bound(n_features: int, tail: float = INFLUENCE_TAIL) -> float:
         raise ValueError(
             f"vector_norm_bound needs n_features >= 1 and 0 < tail < 1, got {n_features}, {tail}."
         )
+    from scipy.stats import chi2  # (imported here: `import optuna_fedbo` stays light)
+
     return math.sqrt(float(chi2.isf(tail, int(n_features))))
 
 

@@ -10,6 +10,8 @@ from typing import TypeVar
 import optuna
 
 from optuna_fedbo.federation._damage import FederationDamagedError
+from optuna_fedbo.federation._serve_watch import ServeEnd
+from optuna_fedbo.federation._serve_watch import ServeWatch
 from optuna_fedbo.federation.store import ServerSupersededError
 from optuna_fedbo.federation.trust import UntrustedRecordError
 
@@ -28,8 +30,8 @@ def poll_rounds(
     stop: threading.Event | None,
     callback: Callable[[Report], None] | None,
     max_consecutive_errors: int,
-    on_idle: Callable[[], None] | None = None,
-    finished: Callable[[], bool] | None = None,
+    watch: ServeWatch | None = None,
+    on_end: Callable[[ServeEnd], None] | None = None,
     intact: Callable[[], None] | None = None,
 ) -> list[Report]:
     """Call ``step`` until ``done()``, the timeout, ``stop`` or Ctrl-C; collect its reports.
@@ -44,10 +46,10 @@ def poll_rounds(
         callback: Called with each report.
         max_consecutive_errors: Failed steps in a row tolerated (each logged, then ``recover``)
             before the error is raised.
-        on_idle: Called after every poll that closed nothing (e.g. to log who is missing).
-        finished: Whether the federation has ended (every participant finished), checked after
-            every poll that closed nothing, so that a round completed by the participants'
-            last uploads is still published before serving stops.
+        watch: Consulted after every poll that closed nothing (so that a round completed by
+            the participants' last uploads is still published before serving stops): logs
+            whom the server waits for and says when serving ends by itself.
+        on_end: Called with the reason when ``watch`` ends serving.
         intact: Raises :class:`~._damage.FederationDamagedError` if the federation's main study
             or configuration was deleted; called when a step fails.
 
@@ -85,11 +87,12 @@ def poll_rounds(
                 if callback is not None:
                     callback(report)
                 continue
-            if finished is not None and finished():
-                _logger.info("Every participant has finished: serving ends.")
+            end = None if watch is None else watch.check()
+            if end is not None:
+                _logger.info(end.text)
+                if on_end is not None:
+                    on_end(end)
                 break
-            if on_idle is not None:
-                on_idle()
             if stop is not None:
                 stop.wait(poll_interval)
             else:

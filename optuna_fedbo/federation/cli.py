@@ -46,6 +46,8 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.distributions import json_to_distribution
 
+from optuna_fedbo.federation import _serve_watch
+from optuna_fedbo.federation._serve_watch import DEFAULT_IDLE_TIMEOUT
 from optuna_fedbo.federation.cli_keys import add_key_commands
 from optuna_fedbo.federation.cli_keys import run_delete
 from optuna_fedbo.federation.cli_keys import run_list
@@ -228,6 +230,13 @@ def _parser() -> argparse.ArgumentParser:
         "privacy preset.",
     )
     create.add_argument("--seed", type=int, default=0, help="Public seed.")
+    create.add_argument(
+        "--direction",
+        choices=("maximize", "minimize"),
+        default=None,
+        help="The objective's direction; a site whose study has the other one is refused "
+        "(default: not checked).",
+    )
 
     serve = commands.add_parser(
         "serve",
@@ -256,6 +265,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--max-rounds", type=int, default=None, help="Stop after this many rounds.")
     serve.add_argument("--timeout", type=float, default=None, help="Stop after this many seconds.")
+    serve.add_argument(
+        "--idle-timeout",
+        type=_timeout_argument,
+        default=DEFAULT_IDLE_TIMEOUT,
+        help=f"Stop after this many seconds (default {DEFAULT_IDLE_TIMEOUT:g}) in which no "
+        "participant ran, once every one that joined has finished; 'none': wait until Ctrl-C.",
+    )
     serve.add_argument(
         "--keep-uploads", action="store_true", help="Keep raw uploads after publication."
     )
@@ -295,6 +311,12 @@ def _parser() -> argparse.ArgumentParser:
     _add_trust_commands(commands)
     add_key_commands(commands, _add_keys)
     return parser
+
+
+def _seconds_or_none(value: float | str | None, option: str) -> float | None:
+    if isinstance(value, str):  # 'auto' means nothing here
+        raise ValueError(f"{option} must be a number of seconds or 'none', got {value!r}.")
+    return value
 
 
 def _timeout_argument(text: str) -> float | str | None:
@@ -373,6 +395,7 @@ def _create(args: argparse.Namespace) -> int:
         privacy=_privacy_argument(args, preset_privacy),
         seed=args.seed,
         key_dir=args.key_dir,
+        direction=args.direction,
     )
     print(f"created {federation.name} (config {federation.config_hash[:12]})")
     print(
@@ -410,6 +433,7 @@ def _privacy_argument(args: argparse.Namespace, base: DPConfig | None) -> DPConf
 
 
 def _serve(args: argparse.Namespace) -> int:
+    idle_timeout = _seconds_or_none(args.idle_timeout, "--idle-timeout")
     federation = _load(args)
     server = FederationServer(
         federation,
@@ -448,6 +472,7 @@ def _serve(args: argparse.Namespace) -> int:
             max_rounds=args.max_rounds,
             timeout=args.timeout,
             callback=show,
+            idle_timeout=idle_timeout,
         )
     finally:
         server.announce(stopped="serve ended")
@@ -529,6 +554,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     optuna.logging.set_verbosity(logging.DEBUG if args.verbose else logging.WARNING)
     logging.basicConfig(format="[%(levelname)s %(asctime)s] %(name)s: %(message)s")
     logging.getLogger("optuna_fedbo").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
+    # serve says, periodically, whom it waits for.
+    watch_level = logging.DEBUG if args.verbose else logging.INFO
+    logging.getLogger(_serve_watch.__name__).setLevel(watch_level)
     handlers = {
         "create": _create,
         "serve": _serve,

@@ -160,6 +160,10 @@ class FederationConfig:
             and the server's public signing and sealing keys); the stored configuration is
             signed by that server, and ``Federation.load`` checks it against a pinned
             fingerprint.
+        direction: The objective's direction, ``"maximize"`` or ``"minimize"``: a site whose
+            study has the other one is refused. ``None`` (federations created before it
+            existed, or without it): not checked, each site's values are taken in its own
+            study's direction.
     """
 
     name: str
@@ -169,6 +173,7 @@ class FederationConfig:
     privacy: Mapping[str, Any] | None = None
     seed: int = 0
     server: Mapping[str, str] | None = None
+    direction: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -187,6 +192,10 @@ class FederationConfig:
             raise ValueError(f"protocol must be a ProtocolConfig, got {self.protocol!r}.")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}.")
+        if self.direction not in (None, "maximize", "minimize"):
+            raise ValueError(
+                f"direction must be 'maximize', 'minimize' or None, got {self.direction!r}."
+            )
         object.__setattr__(self, "search_space", dict(self.search_space))
         self.protocol.check_search_space(SearchSpaceEncoder(self.search_space))
 
@@ -201,6 +210,8 @@ class FederationConfig:
             "privacy": None if self.privacy is None else dict(self.privacy),
             "seed": self.seed,
             **({} if self.server is None else {"server": dict(self.server)}),
+            # Only when declared: the configurations (and hashes) of older federations stay.
+            **({} if self.direction is None else {"direction": self.direction}),
         }
 
     def to_json(self) -> str:
@@ -236,15 +247,16 @@ class FederationConfig:
             privacy=record["privacy"],
             seed=record["seed"],
             server=record.get("server"),
+            direction=record.get("direction"),
         )
 
     def differences(self, other: FederationConfig) -> list[str]:
         """Human-readable differences between two configurations (empty if equal)."""
         mine, theirs = self.to_dict(), other.to_dict()
         out = []
-        for key in ("name", "n_clients", "seed", "privacy"):
-            if mine[key] != theirs[key]:
-                out.append(f"{key}: {mine[key]!r} != {theirs[key]!r}")
+        for key in ("name", "n_clients", "seed", "privacy", "direction"):
+            if mine.get(key) != theirs.get(key):
+                out.append(f"{key}: {mine.get(key)!r} != {theirs.get(key)!r}")
         if mine["search_space"] != theirs["search_space"]:
             a = dict((n, d) for n, d in mine["search_space"])
             b = dict((n, d) for n, d in theirs["search_space"])

@@ -171,6 +171,10 @@ def format_server(server: dict[str, Any] | None) -> str:
     )
 
 
+_EXISTS = "A study named {name!r} already exists in this storage; use Federation.load, or \
+load_if_exists=True to join an identical federation."
+
+
 class Federation:
     """A federation of participants tuning the same search space, stored in an Optuna storage.
 
@@ -219,6 +223,7 @@ class Federation:
         seed: int = 0,
         load_if_exists: bool = False,
         key_dir: str | os.PathLike[str] | None = None,
+        direction: str | None = None,
     ) -> Federation:
         """Create a federation.
 
@@ -241,6 +246,7 @@ class Federation:
                 ``$OPTUNA_FEDBO_HOME`` or ``~/.config/optuna-fedbo``. The operator keeps them:
                 the server needs them, and they never enter the storage. In an in-memory
                 storage (one process) the keys stay in memory.
+            direction: ``"maximize"`` or ``"minimize"``: sites must match (``None``: unchecked).
 
         The server's public keys become part of the configuration, which the server signs;
         :attr:`fingerprint` names the server (give it out of band to participants on other
@@ -261,6 +267,7 @@ class Federation:
             privacy=_check_privacy(privacy, protocol, n_clients),
             seed=seed,
             server=server_keys.identity.to_dict(),
+            direction=direction,
         )
         # Defaults that depend on the federation are stored explicitly.
         resolved = protocol.resolve(SearchSpaceEncoder(config.search_space), privacy)
@@ -274,10 +281,7 @@ class Federation:
             exists = False
         if exists:
             if not load_if_exists:
-                raise ValueError(
-                    f"A study named {name!r} already exists in this storage; use "
-                    "Federation.load, or load_if_exists=True to join an identical federation."
-                )
+                raise ValueError(_EXISTS.format(name=name))
             return cls._load_existing(store, config, key_dir)
         lost = lost_message(store, key_dir)
         if lost is not None:  # created or joined from this key directory before: never replaced
@@ -296,14 +300,10 @@ class Federation:
         try:
             store.create(text, config.hash, trust.sign_config(text))
         except DuplicatedStudyError:
-            for path in (pin_path, key_path):
-                if path is not None:
-                    path.unlink(missing_ok=True)
+            for path in filter(None, (pin_path, key_path)):
+                path.unlink(missing_ok=True)
             if not load_if_exists:
-                raise ValueError(
-                    f"A study named {name!r} already exists in this storage; use "
-                    "Federation.load, or load_if_exists=True to join an identical federation."
-                ) from None
+                raise ValueError(_EXISTS.format(name=name)) from None
             return cls._load_existing(store, config, key_dir)
         _logger.info(
             f"Created federation {name!r} (config {config.hash[:12]}, server fingerprint "
@@ -809,9 +809,9 @@ class Federation:
         return self._fts_channel().latest_broadcast()
 
     def wait_for_round(
-        self, round_index: int, timeout: float | None = None, poll_interval: float = 0.05
+        self, round_index: int, timeout: float, poll_interval: float = 0.05
     ) -> Broadcast | None:
-        """FTS: block until round ``round_index`` (or a later one) is published; see
+        """FTS: wait at most ``timeout`` s for round ``round_index`` (or later); see
         :meth:`~optuna_fedbo.federation.fts.channel.FTSChannel.wait_for_round`."""
         return self._fts_channel().wait_for_round(round_index, timeout, poll_interval)
 

@@ -14,6 +14,8 @@ from typing import Any
 from typing import NamedTuple
 from typing import TYPE_CHECKING
 
+from optuna_fedbo.federation.finished import FINISHED_KEY
+from optuna_fedbo.federation.finished import finished_message
 from optuna_fedbo.federation.lease import lease_book
 from optuna_fedbo.federation.lease import ParticipantState
 
@@ -32,8 +34,10 @@ class Problem(NamedTuple):
     """Something that keeps a federation from publishing rounds.
 
     Attributes:
-        kind: ``"no-server"``, ``"server-down"`` or ``"roster"`` (too few participants run for
-            the server's closing policy).
+        kind: ``"no-server"``, ``"server-down"`` (not seen recently), ``"server-stopped"``
+            (its serve ended), ``"finished"`` (the federation is over: see
+            :mod:`~optuna_fedbo.federation.finished`) or ``"roster"`` (too few participants run
+            for the server's closing policy).
         text: What is wrong and what to do about it.
     """
 
@@ -152,10 +156,13 @@ def read_lifecycle(federation: Federation) -> Lifecycle:
         age = server_age(server)
         interval = float(server.get("heartbeat_interval", 5.0))
         stale = max(SERVER_STALE_INTERVALS * interval, SERVER_STALE_MIN_SECONDS)
-        if server.get("stopped"):
+        finished = server.get(FINISHED_KEY)
+        if isinstance(finished, dict):
+            problems.append(Problem("finished", finished_message(federation, finished)))
+        elif server.get("stopped"):
             problems.append(
                 Problem(
-                    "server-down",
+                    "server-stopped",
                     f"the server stopped {age:.0f} s ago ({server.get('stopped')}); no round is "
                     f"published until it runs again ({serve_hint})",
                 )
@@ -202,6 +209,7 @@ class FederationSummary:
         delta: Its delta.
         participants: Lifecycle state by participant id.
         roster: Ids of the participants that joined, by index.
+        n_clients: Registered participants ``N`` (those that never joined are named as missing).
     """
 
     name: str
@@ -210,6 +218,7 @@ class FederationSummary:
     delta: float
     participants: dict[str, ParticipantState]
     roster: tuple[str, ...]
+    n_clients: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -240,6 +249,11 @@ class FederationSummary:
                 f"{client_id:<20} {status:<9} {sum(values):>6} {values[0]:>7} {values[1]:>6} "
                 f"{values[2]:>9}"
             )
+        missing = [c for c in self.roster if c not in self.participants]
+        not_joined = self.n_clients - len(self.roster)
+        if missing or not_joined > 0:
+            names = [repr(c) for c in missing] + [f"{not_joined} never joined"] * (not_joined > 0)
+            lines.append(f"never started: {', '.join(names)} (of {self.n_clients} declared)")
         return "\n".join(lines)
 
 
@@ -253,6 +267,7 @@ def summarize(federation: Federation) -> FederationSummary:
         delta=float(delta),
         participants=lease_book(federation).states(),
         roster=tuple(federation.participants()),
+        n_clients=federation.n_clients,
     )
 
 

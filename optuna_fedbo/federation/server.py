@@ -30,13 +30,20 @@ import threading
 import time
 from typing import Any
 
+import optuna
+
 from optuna_fedbo.federation._damage import reopen_uploads
 from optuna_fedbo.federation._openings import RoundOpenings
+from optuna_fedbo.federation._serve_watch import ServeEnd
+from optuna_fedbo.federation._serve_watch import ServeWatch
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.epoch_pin import claim_epoch
 from optuna_fedbo.federation.epoch_pin import EpochPin
 from optuna_fedbo.federation.epoch_pin import newer_epoch
 from optuna_fedbo.federation.federation import Federation
+from optuna_fedbo.federation.finished import FederationFinishedError
+from optuna_fedbo.federation.finished import finished_message
+from optuna_fedbo.federation.finished import finished_record
 from optuna_fedbo.federation.lease import lease_book
 from optuna_fedbo.federation.lifecycle import FederationSummary
 from optuna_fedbo.federation.protocol import get_protocol
@@ -44,6 +51,8 @@ from optuna_fedbo.federation.store import ServerSupersededError
 from optuna_fedbo.federation.watermark import guard_server
 from optuna_fedbo.privacy._rng import INSECURE_NOISE_SEED
 from optuna_fedbo.privacy._rng import refuse_insecure_noise_seed
+
+_logger = optuna.logging.get_logger(__name__)
 
 #: ``round_timeout="auto"``: a round closes ``AUTO_TIMEOUT_FACTOR`` times the slowest running
 #: participant's typical trial duration after its first upload (per trial of the round) ...
@@ -121,6 +130,10 @@ class FederationServer:
         discard_uploads: Delete a round's raw uploads once it is published.
         heartbeat_interval: Seconds between the server's heartbeat writes.
 
+    A federation that has finished (its ``serve`` ended after every participant finished its
+    study) is refused with :class:`~optuna_fedbo.federation.finished.FederationFinishedError`,
+    which says how to start over.
+
     A server never takes a noise seed (``insecure_noise_seed=...`` raises ``ValueError``): its
     differential-privacy noise comes from the operating system's entropy. Only the one-process
     research driver :func:`~optuna_fedbo.simulation.simulate` can seed it.
@@ -170,6 +183,11 @@ class FederationServer:
             # Before anything is written (the epoch claim is a write): a ledger behind the
             # server's high-water mark, or a mark missing or corrupt, fails closed here.
             guard_server(federation)
+        finished = finished_record(federation)
+        if finished is not None:  # checked before the epoch claim: nothing is written
+            raise FederationFinishedError(
+                f"Nothing to serve: {finished_message(federation, finished)}."
+            )
         self.federation = federation
         self._store = federation.store
         self._round_timeout = round_timeout
@@ -183,6 +201,7 @@ class FederationServer:
         self._leases = lease_book(federation)
         self._openings = RoundOpenings(federation.store)
         self._checked: dict[str, tuple[float, Any]] = {}
+        self._finished: dict[str, Any] | None = None
 
     def _every(self, key: str, seconds: float, compute: Callable[[], Any]) -> Any:
         """``compute()``, re-evaluated at most every ``seconds`` (storage reads while polling)."""
@@ -226,18 +245,26 @@ class FederationServer:
             return None
         return max(AUTO_TIMEOUT_FLOOR, AUTO_TIMEOUT_FACTOR * seconds * self._work_per_round())
 
-    def _participants_done(self) -> bool:
-        """Whether every registered participant has finished (or is lost): serving can end.
+    def _watch(
+        self, idle_timeout: float | None, log_interval: float, poll_interval: float
+    ) -> ServeWatch:
+        """What ``serve`` watches between rounds (see :mod:`._serve_watch`)."""
+        return ServeWatch(
+            self.federation,
+            lambda: self.open_round,
+            self._leases.departed,
+            idle_timeout=idle_timeout,
+            log_interval=log_interval,
+            poll_interval=poll_interval,
+        )
 
-        Only verified lease records count, and each departure must be beyond doubt (see
-        :meth:`~optuna_fedbo.federation.lease_book.LeaseBook.departed`): not an old copy.
-        """
-
-        def ended() -> bool:
-            lifecycle = self.federation.lifecycle()
-            return lifecycle.ended and self._leases.departed(lifecycle.roster)
-
-        return bool(self._every("ended", 2.0, ended))
+    def _serve_ended(self, end: ServeEnd) -> None:
+        """``serve`` ended by itself: mark the federation finished if every participant did."""
+        if not end.finished:
+            _logger.warning(end.text)
+            return
+        self._finished = {"at": time.time(), "rounds": self.federation.open_round()}
+        self._heartbeat(force=True, stopped="finished")
 
     def summary(self) -> FederationSummary:
         """Rounds published, privacy spent and every participant's trials by kind."""
@@ -293,6 +320,8 @@ class FederationServer:
             return
         self._last_heartbeat = now
         extra = {} if stopped is None else {"stopped": stopped}
+        if self._finished is not None:  # kept by every later heartbeat of this server
+            extra = {"stopped": "finished", "finished": self._finished}
         self._store.write_server_status(
             {
                 **extra,

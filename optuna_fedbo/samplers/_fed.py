@@ -23,11 +23,16 @@ import weakref
 import optuna
 from optuna.samplers import BaseSampler
 from optuna.storages import InMemoryStorage
+from optuna.study import Study
+from optuna.trial import FrozenTrial
 
 from optuna_fedbo.federation.federation import Federation
+from optuna_fedbo.federation.finished import finished_message
+from optuna_fedbo.federation.finished import finished_record
 from optuna_fedbo.federation.lease import DEFAULT_LEASE_TTL
 from optuna_fedbo.federation.lifecycle import COUNT_KINDS
 from optuna_fedbo.federation.protocol import get_protocol
+from optuna_fedbo.samplers._site_checks import SiteChecks
 
 _logger = optuna.logging.get_logger(__name__)
 
@@ -144,6 +149,31 @@ class FedSampler(BaseSampler):
         self._lease = federation.lease(client_id, ttl=lease_ttl, public=self._public)
         if not isinstance(federation.storage, InMemoryStorage):
             _LIVE.add(self)
+        self._site = SiteChecks(self)
+        over = finished_record(federation)
+        #: Whether the federation had finished when this participant started: it then runs
+        #: locally (no broadcast is waited for or used, nothing is uploaded).
+        self.federation_finished = over is not None
+        if over is not None and self._first("finished"):
+            _logger.warning(
+                f"{client_id}: {finished_message(federation, over)}. This site runs locally: "
+                "it neither waits for a broadcast nor uploads."
+            )
+
+    def _first(self, key: str) -> bool:
+        """Whether ``key`` is seen for the first time (for warnings given once)."""
+        with self._life_lock:
+            first = key not in self._warned
+            self._warned.add(key)
+        return first
+
+    def _check_study(self, study: Study) -> None:
+        """Refuse a multi-objective study, or one whose direction is not the federation's."""
+        self._site.check_study(study)
+
+    def _note_params(self, trial: FrozenTrial, complete: bool) -> None:
+        """Warn once, by name, about federation parameters a completed trial did not suggest."""
+        self._site.note_params(trial, complete)
 
     @property
     def client_id(self) -> str:
@@ -243,14 +273,19 @@ class FedSampler(BaseSampler):
         counts = self._release(finished=True)
         if counts is None:
             return
-        if counts.total == 0 or counts.federated > 0 or "no-broadcast" in self._warned:
+        if counts.total == 0 or counts.federated > 0 or self.federation_finished:
+            return
+        if "no-broadcast" in self._warned:
             return
         self._warned.add("no-broadcast")
         try:
             reasons = [p.text for p in self.federation.lifecycle().problems]
         except Exception:
             reasons = []
-        if counts.local == 0:
+        missing = self._site.missing_text()
+        if missing:
+            why = missing
+        elif counts.local == 0:
             why = "it ended during its initial design, before any broadcast could be used"
         elif reasons:
             why = "; ".join(reasons)

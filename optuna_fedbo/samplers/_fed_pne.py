@@ -27,11 +27,11 @@ from optuna_fedbo.federation.fedpne.channel import FedPNEStatus
 from optuna_fedbo.federation.fedpne.releases import ReleaseBook
 from optuna_fedbo.privacy._rng import refuse_insecure_noise_seed
 from optuna_fedbo.privacy._rng import research_rng
-from optuna_fedbo.samplers._common import check_single_objective
 from optuna_fedbo.samplers._common import sample_independently
 from optuna_fedbo.samplers._fed import DEFAULT_LEASE_TTL
 from optuna_fedbo.samplers._fed import FedSampler
 from optuna_fedbo.samplers._fed import STALL_SECONDS
+from optuna_fedbo.samplers._waiting import Waits
 
 _logger = optuna.logging.get_logger(__name__)
 
@@ -87,11 +87,17 @@ class FedPNESampler(FedSampler):
     Args:
         federation: A federation created with ``protocol=FedPNEConfig(...)``.
         client_id: This participant's id; it joins the federation on construction.
-        phase_timeout: Longest wait (seconds) for the next phase; ``None`` waits forever.
-        on_timeout: ``"raise"`` (default): the trial fails with :class:`FedPNEPhaseTimeout`,
-            whose message names the missing participants (resume the study later: nothing is
-            lost); ``"best"``: evaluate the current best node (not a pull) and wait again at
-            the next trial.
+        phase_timeout: Longest wait (seconds) for the next phase; ``None``: no limit of its own.
+        on_timeout: When ``phase_timeout`` passes: ``"raise"`` (default): the trial fails with
+            :class:`FedPNEPhaseTimeout`, whose message names the missing participants (resume
+            the study later: nothing is lost); ``"best"``: evaluate the current best node (not
+            a pull) and wait again at the next trial.
+        patience: A wait for the next phase also ends, whatever ``phase_timeout``, at the
+            timeout of ``study.optimize``, at once when the federation has finished or its
+            server stopped, and after ``patience`` seconds of no server, a server down or too
+            few participants (see :mod:`optuna_fedbo.samplers._waiting`): the trial then
+            evaluates the current best node (not a pull; mode ``"timeout"``), with one
+            warning, and the next trial waits again (at once, while that problem lasts).
         poll_interval: Seconds between storage reads while waiting.
         independent_sampler: Sampler for parameters outside the federation's search space.
         warn_independent_sampling: Warn when such a parameter is sampled independently.
@@ -112,6 +118,7 @@ class FedPNESampler(FedSampler):
         *,
         phase_timeout: float | None = 3600.0,
         on_timeout: str = "raise",
+        patience: float = STALL_SECONDS,
         poll_interval: float = 0.25,
         independent_sampler: BaseSampler | None = None,
         warn_independent_sampling: bool = True,
@@ -121,8 +128,12 @@ class FedPNESampler(FedSampler):
     ) -> None:
         if insecure_noise_seed is not None:
             refuse_insecure_noise_seed("FedPNESampler")
-        if phase_timeout is not None and not phase_timeout >= 0:
-            raise ValueError(f"phase_timeout must be None or >= 0, got {phase_timeout!r}.")
+        self._waits = Waits(
+            self,
+            limit=("phase_timeout", phase_timeout),
+            patience=patience,
+            fallback="the current best node (not a pull)",
+        )
         if on_timeout not in ON_TIMEOUT:
             raise ValueError(f"on_timeout must be one of {ON_TIMEOUT}, got {on_timeout!r}.")
         if not poll_interval > 0:
@@ -132,7 +143,6 @@ class FedPNESampler(FedSampler):
         self._config = self.channel.config
         self._tag = federation.config_hash[:16]
         self._space = federation.search_space
-        self._phase_timeout = phase_timeout
         self._on_timeout = on_timeout
         self._poll_interval = poll_interval
         self._rng = np.random.default_rng(seed)
@@ -201,7 +211,7 @@ class FedPNESampler(FedSampler):
     def sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
-        check_single_objective(study, self)
+        self._check_study(study)
         return {}
 
     def sample_independent(
@@ -211,7 +221,7 @@ class FedPNESampler(FedSampler):
         param_name: str,
         param_distribution: BaseDistribution,
     ) -> Any:
-        check_single_objective(study, self)
+        self._check_study(study)
         expected = self._space.get(param_name)
         if expected is not None:
             if param_distribution != expected:
@@ -223,6 +233,7 @@ class FedPNESampler(FedSampler):
                 )
             return self._point(study, trial)[param_name]
         reason = f"the parameter is not in the search space of federation {self.federation.name!r}"
+        warn = self._warn_independent_sampling  # once per parameter
         return sample_independently(
             self,
             self._independent_sampler,
@@ -230,7 +241,7 @@ class FedPNESampler(FedSampler):
             trial,
             param_name,
             param_distribution,
-            warning_reason=reason if self._warn_independent_sampling else None,
+            warning_reason=reason if warn and self._first(f"outside:{param_name}") else None,
         )
 
     def _point(self, study: Study, trial: FrozenTrial) -> dict[str, Any]:
@@ -249,7 +260,10 @@ class FedPNESampler(FedSampler):
         if any(name in self._space for name in fixed):
             self._record(study, trial, {MODE_ATTR: "enqueued"})
             return self.channel.recommended_params()
-        started = time.monotonic()
+        if self.federation_finished:  # the federation is over: its best node
+            self._record(study, trial, {MODE_ATTR: "exploit"})
+            return self.channel.centre(self.channel.view().best)
+        wait = self._waits.begin("the next phase")
         announced = 0
         while True:
             view = self.channel.view()
@@ -268,13 +282,17 @@ class FedPNESampler(FedSampler):
                 return self.channel.centre(view.best)
             if len(done) == phase.budget:
                 self._ensure_uploaded(study, phase, done)
-            waited = time.monotonic() - started
-            if self._phase_timeout is not None and waited >= self._phase_timeout:
-                if self._on_timeout == "best":
+            waited = time.monotonic() - wait.started
+            if wait.over():
+                assert wait.reason is not None
+                if wait.reason[0] == "limit" and self._on_timeout == "raise":
+                    raise FedPNEPhaseTimeout(self._timeout_message(phase, waited, raising=True))
+                if wait.reason[0] != "limit":
+                    wait.end(False)
+                elif self._first("phase-timeout"):
                     _logger.warning(self._timeout_message(phase, waited, raising=False))
-                    self._record(study, trial, {MODE_ATTR: "timeout"})
-                    return self.channel.centre(view.best)
-                raise FedPNEPhaseTimeout(self._timeout_message(phase, waited, raising=True))
+                self._record(study, trial, {MODE_ATTR: "timeout"})
+                return self.channel.centre(view.best)
             self._check_progress(stalled=waited >= STALL_SECONDS)
             if announced != phase.index:
                 announced = phase.index

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 import copy
 import math
 import threading
-import time
 from typing import Any
 
 import numpy as np
@@ -44,7 +43,6 @@ from optuna_fedbo.federation.fts.messages import Broadcast
 from optuna_fedbo.federation.fts.schedules import local_probability
 from optuna_fedbo.federation.fts.schedules import resolve_schedule
 from optuna_fedbo.federation.fts.schedules import Schedule
-from optuna_fedbo.samplers._common import check_single_objective
 from optuna_fedbo.samplers._common import sample_independently
 from optuna_fedbo.samplers._common import study_key
 from optuna_fedbo.samplers._fed import DEFAULT_LEASE_TTL
@@ -52,6 +50,7 @@ from optuna_fedbo.samplers._fed import FedSampler
 from optuna_fedbo.samplers._fed import STALL_SECONDS
 from optuna_fedbo.samplers._observations import TrialObservations
 from optuna_fedbo.samplers._rff_thompson import RFFThompsonSampler
+from optuna_fedbo.samplers._waiting import Waits
 
 _logger = optuna.logging.get_logger(__name__)
 
@@ -148,8 +147,12 @@ class FedThompsonSampler(FedSampler):
             ``transfer="schedule"`` (instead of local TS on the shared features). The uploads
             come from the RFF posterior in both cases.
         synchronous: Wait for the current round's broadcast before each BO iteration.
-        sync_timeout: Longest wait in synchronous mode (seconds; ``None``: no limit). On
-            expiry the newest broadcast is used and a warning is logged.
+        sync_timeout: Longest wait in synchronous mode (seconds; ``None``: no limit). A wait
+            also ends at the timeout of ``study.optimize``, at once when the federation has
+            finished or its server stopped, and after ``patience`` seconds of no server, a
+            server down or too few participants (see :mod:`optuna_fedbo.samplers._waiting`);
+            the trial then uses the newest broadcast or the local model (one warning).
+        patience: Seconds a wait goes on while such a problem lasts.
         poll_interval: Seconds between storage reads while waiting.
         n_candidates: Random candidates scored per acquisition maximization.
         n_refinements: Best candidates refined with L-BFGS-B.
@@ -169,6 +172,7 @@ class FedThompsonSampler(FedSampler):
         local_sampler: BaseSampler | None = None,
         synchronous: bool = False,
         sync_timeout: float | None = 600.0,
+        patience: float = STALL_SECONDS,
         poll_interval: float = 0.05,
         n_candidates: int = 1024,
         n_refinements: int = 4,
@@ -183,11 +187,12 @@ class FedThompsonSampler(FedSampler):
         if n_candidates < 1 or n_refinements < 0:
             raise ValueError("n_candidates must be >= 1 and n_refinements >= 0.")
         self._schedule = resolve_schedule(fts.schedule if schedule is None else schedule)
+        limit = ("sync_timeout", sync_timeout)
+        self._waits = Waits(self, limit=limit, patience=patience, fallback="its local model")
         self._participate(federation, client_id, lease_ttl)
         self._fts = fts
         self._local_sampler = local_sampler
         self._synchronous = synchronous
-        self._sync_timeout = sync_timeout
         self._poll_interval = poll_interval
         self._n_candidates = n_candidates
         self._n_refinements = n_refinements
@@ -300,7 +305,7 @@ class FedThompsonSampler(FedSampler):
     def sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
-        check_single_objective(study, self)
+        self._check_study(study)
         if search_space == {}:
             return {}
         if any(self._space.get(name) != d for name, d in search_space.items()):
@@ -376,8 +381,9 @@ class FedThompsonSampler(FedSampler):
         return encoding.sample(1, self._rng, box)[0]
 
     def _usable_broadcast(self) -> Broadcast | None:
-        """The newest broadcast, or ``None`` (none yet, unreadable, or budget exhausted)."""
-        if self.budget_exhausted:
+        """The newest broadcast, or ``None`` (none yet, unreadable, budget exhausted, or the
+        federation finished before this participant started)."""
+        if self.federation_finished or self.budget_exhausted:
             return None
         try:
             return self.federation.latest_broadcast()
@@ -654,7 +660,7 @@ class FedThompsonSampler(FedSampler):
         param_name: str,
         param_distribution: BaseDistribution,
     ) -> Any:
-        check_single_objective(study, self)
+        self._check_study(study)
         if self._space.get(param_name) == param_distribution:
             point = self._point(study, trial)
             if param_name in point:
@@ -666,6 +672,7 @@ class FedThompsonSampler(FedSampler):
                 study, trial, param_name, param_distribution
             )
         warn = self._warn_independent_sampling and param_name not in self._space
+        warn = warn and self._first(f"outside:{param_name}")  # once per parameter
         reason = f"the parameter is not in the search space of federation {self.federation.name!r}"
         return sample_independently(
             self,
@@ -688,30 +695,19 @@ class FedThompsonSampler(FedSampler):
             with self._lock:
                 self._observations.update(study)
                 initializing = self._observations.count < self._fts.n_init
-            if initializing or self.budget_exhausted:
+            if initializing or self.federation_finished or self.budget_exhausted:
                 return
             self._wait_for_round(self._last_upload_round)
         except Exception:
             _logger.warning(f"{self.client_id}: waiting for the broadcast failed.", exc_info=True)
 
     def _wait_for_round(self, target: int) -> None:
-        """Synchronous mode: wait for round ``target``, warning if rounds do not close."""
+        """Synchronous mode: wait for round ``target``, a bounded wait (:mod:`._waiting`)."""
         self._check_progress()
-        started = time.monotonic()
-        while True:
-            waited = time.monotonic() - started
-            left = None if self._sync_timeout is None else self._sync_timeout - waited
-            if left is not None and left <= 0:
-                _logger.warning(
-                    f"{self.client_id}: no broadcast for round {target} after "
-                    f"{self._sync_timeout} s; continuing with the newest one."
-                )
-                return
-            chunk = STALL_SECONDS if left is None else min(STALL_SECONDS, left)
-            broadcast = self.federation.wait_for_round(target, chunk, self._poll_interval)
-            if broadcast is not None or self.budget_exhausted:
-                return
-            self._check_progress(stalled=True)
+        wait = self._waits.begin(f"the broadcast of round {target}")
+        channel = self.federation.channel
+        broadcast = channel.wait_for_round(target, wait.left(), self._poll_interval, wait.over)
+        wait.end(broadcast is not None or self.budget_exhausted)
 
     def after_trial(
         self,
@@ -735,7 +731,8 @@ class FedThompsonSampler(FedSampler):
                 self._one_step.record(
                     own_prediction, transfer_prediction, (value - mean) / std, previous
                 )
-        if self.budget_exhausted:
+        self._note_params(trial, state == TrialState.COMPLETE)
+        if self.federation_finished or self.budget_exhausted:
             return  # nothing will be published any more: nothing leaves the participant
         try:
             with one_blas_thread():

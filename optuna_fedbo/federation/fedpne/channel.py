@@ -215,19 +215,19 @@ class FedPNEChannel:
         return view
 
     def wait_for_phase(
-        self, index: int, timeout: float | None = None, poll_interval: float = 0.25
+        self, index: int, timeout: float, poll_interval: float = 0.25
     ) -> PhaseView | None:
-        """Block until phase ``index`` (or a later one) is published.
+        """Block until phase ``index`` (or a later one) is published, at most ``timeout`` s.
 
         Returns:
             The newest view, or ``None`` if ``timeout`` seconds passed first.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = time.monotonic() + timeout
         while True:
             view = self.view()
             if view.phase.index >= index:
                 return view
-            if deadline is not None and time.monotonic() >= deadline:
+            if time.monotonic() >= deadline:
                 return None
             time.sleep(poll_interval)
 

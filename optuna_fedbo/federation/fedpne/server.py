@@ -60,6 +60,8 @@ from optuna_fedbo.core.fedpne import PhaseReport
 from optuna_fedbo.federation._codec import canonical_json
 from optuna_fedbo.federation._damage import check_intact
 from optuna_fedbo.federation._polling import poll_rounds
+from optuna_fedbo.federation._serve_watch import DEFAULT_IDLE_TIMEOUT
+from optuna_fedbo.federation._serve_watch import DEFAULT_LOG_INTERVAL
 from optuna_fedbo.federation._uploads import UploadCollector
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fedpne.channel import FedPNEChannel
@@ -452,7 +454,8 @@ class FedPNEServer(FederationServer):
         stop: threading.Event | None = None,
         callback: Callable[[PhaseRoundReport], None] | None = None,
         max_consecutive_errors: int = 10,
-        log_interval: float = 60.0,
+        log_interval: float = DEFAULT_LOG_INTERVAL,
+        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
     ) -> list[PhaseRoundReport]:
         """Poll the storage and close phases as they become ready, until the final phase (or
         until every registered participant has finished its study or is lost).
@@ -466,11 +469,13 @@ class FedPNEServer(FederationServer):
             max_consecutive_errors: Storage errors in a row tolerated (each logged, then the
                 state is reloaded from storage) before the error is raised.
             log_interval: Seconds between log lines naming the participants still missing.
+            idle_timeout: Seconds (default 300) with no participant running, once every one
+                that joined has finished or is lost, after which serving ends (``None``: wait
+                until stopped; see :mod:`optuna_fedbo.federation._serve_watch`).
 
         Returns:
             The reports of the rounds published by this call.
         """
-        last_log = time.monotonic()
         _logger.info(
             f"Serving Fed-PNE federation {self.federation.name!r} from phase {self.phase.index}."
         )
@@ -479,27 +484,8 @@ class FedPNEServer(FederationServer):
             with self._lock:
                 self._recover()
 
-        def log_missing() -> None:
-            nonlocal last_log
-            if time.monotonic() - last_log < log_interval:
-                return
-            last_log = time.monotonic()
-            status = self.channel.status()
-            _logger.info(
-                f"Phase {status.phase.index} waits for {list(status.missing)}"
-                + (f" and {status.not_joined} not joined" if status.not_joined else "")
-                + "."
-            )
-
-        def step() -> PhaseRoundReport | None:
-            nonlocal last_log
-            report = self.step()
-            if report is not None:
-                last_log = time.monotonic()
-            return report
-
         reports = poll_rounds(
-            step,
+            self.step,
             recover,
             done=lambda: (
                 self.finished or (max_rounds is not None and self.open_round >= max_rounds)
@@ -509,8 +495,8 @@ class FedPNEServer(FederationServer):
             stop=stop,
             callback=callback,
             max_consecutive_errors=max_consecutive_errors,
-            on_idle=log_missing,
-            finished=self._participants_done,
+            watch=self._watch(idle_timeout, log_interval, poll_interval),
+            on_end=self._serve_ended,
             intact=lambda: check_intact(self._store),
         )
         if self.finished:

@@ -147,17 +147,25 @@ class FTSChannel:
         return broadcast
 
     def wait_for_round(
-        self, round_index: int, timeout: float | None = None, poll_interval: float = 0.05
+        self,
+        round_index: int,
+        timeout: float | None,
+        poll_interval: float = 0.05,
+        stop: Callable[[], bool] | None = None,
     ) -> Broadcast | None:
-        """Block until round ``round_index`` (or a later one) is published.
+        """Block until round ``round_index`` (or a later one) is published, at most
+        ``timeout`` seconds (``None``: until ``stop()``; one of them is required).
 
         Statistics this process sent to that round by digest are re-sent in full as soon as a
-        new server has started (it does not hold them), and when the timeout expires.
+        new server has started (it does not hold them), and when the wait ends empty.
 
         Returns:
-            The newest broadcast, or ``None`` if the timeout expired first or the privacy
-            budget ran out before that round (see :meth:`budget_exhausted`).
+            The newest broadcast, or ``None`` if the timeout expired (or ``stop()`` became
+            true) first or the privacy budget ran out before that round (see
+            :meth:`budget_exhausted`).
         """
+        if timeout is None and stop is None:
+            raise ValueError("wait_for_round needs a timeout or a stop condition.")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             latest = self.federation.store.latest()
@@ -165,7 +173,7 @@ class FTSChannel:
                 return self.latest_broadcast()
             if self.federation.budget_exhausted() is not None:
                 return None
-            if deadline is not None and time.monotonic() >= deadline:
+            if (deadline is not None and time.monotonic() >= deadline) or (stop and stop()):
                 self._resend_references(round_index, stalled=True)
                 return None
             self._resend_references(round_index, stalled=False)

@@ -60,6 +60,8 @@ from optuna_fedbo.core.weights import WeightSchedule
 from optuna_fedbo.federation._codec import vector_digest
 from optuna_fedbo.federation._damage import check_intact
 from optuna_fedbo.federation._polling import poll_rounds
+from optuna_fedbo.federation._serve_watch import DEFAULT_IDLE_TIMEOUT
+from optuna_fedbo.federation._serve_watch import DEFAULT_LOG_INTERVAL
 from optuna_fedbo.federation._uploads import UploadCollector
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.federation import Federation
@@ -554,13 +556,16 @@ class FTSServer(FederationServer):
         stop: threading.Event | None = None,
         callback: Callable[[RoundReport], None] | None = None,
         max_consecutive_errors: int = 10,
+        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+        log_interval: float = DEFAULT_LOG_INTERVAL,
     ) -> list[RoundReport]:
         """Poll the storage and close rounds as they become ready.
 
-        Returns when the privacy budget is exhausted (nothing more can be published), or when
+        Returns when the privacy budget is exhausted (nothing more can be published), when
         every registered participant has finished its study or is lost (see
         :meth:`~optuna_fedbo.federation.Federation.lifecycle`), after publishing any round
-        their last uploads completed.
+        their last uploads completed, or after ``idle_timeout`` seconds in which no
+        participant ran (see :mod:`optuna_fedbo.federation._serve_watch`).
 
         Args:
             poll_interval: Seconds between polls when nothing happened.
@@ -570,6 +575,10 @@ class FTSServer(FederationServer):
             callback: Called with each :class:`RoundReport`.
             max_consecutive_errors: Storage errors in a row tolerated (each logged, then the
                 state is reloaded from storage) before the error is raised.
+            idle_timeout: Seconds (default 300) with no participant running, once every one
+                that joined has finished or is lost, after which serving ends (``None``:
+                wait until stopped).
+            log_interval: Seconds between the log lines saying whom the server waits for.
 
         Returns:
             The reports of the rounds published by this call (and of the round refused for
@@ -593,6 +602,7 @@ class FTSServer(FederationServer):
             stop=stop,
             callback=callback,
             max_consecutive_errors=max_consecutive_errors,
-            finished=self._participants_done,
+            watch=self._watch(idle_timeout, log_interval, poll_interval),
+            on_end=self._serve_ended,
             intact=lambda: check_intact(self._store),
         )
