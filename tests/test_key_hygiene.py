@@ -228,7 +228,7 @@ def test_status_after_a_clean_finish_says_it_finished(tmp_path, capsys) -> None:
     samplers = [fb.FedSampler(fed, client_id=c, seed=0, lease_ttl=30.0) for c in "ab"]
     samplers[0].finish()
     server.announce(stopped="serve ended")
-    assert [p.kind for p in fed.lifecycle().problems] == ["server-down"]  # b still runs
+    assert [p.kind for p in fed.lifecycle().problems] == ["server-stopped"]  # b still runs
     samplers[1].finish()
     lifecycle = fed.lifecycle()
     assert lifecycle.ended and lifecycle.problems == ()
