@@ -12,6 +12,8 @@ import logging
 import os
 import time
 
+from _site_objective import objective as _objective
+from _site_objective import warnings_with as _warnings
 import optuna
 from optuna.distributions import FloatDistribution
 import pytest
@@ -49,18 +51,6 @@ def _pne(n_clients: int = 1) -> Federation:
         f"hang-pne-{next(_names)}", search_space={"x": FloatDistribution(0.0, 1.0)},
         n_clients=n_clients, protocol=FedPNEConfig(horizon=40), seed=1,
     )  # fmt: skip
-
-
-def _objective(trial: optuna.Trial) -> float:
-    return -((trial.suggest_float("x", 0, 1) - 0.3) ** 2) - trial.suggest_float("y", 0, 1)
-
-
-def _warnings(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
-    return [
-        r.getMessage()
-        for r in caplog.records
-        if r.levelno == logging.WARNING and text in r.getMessage()
-    ]
 
 
 # ------------------------------------------------------------------ participant waits

@@ -6,6 +6,8 @@ import itertools
 import json
 import logging
 
+from _site_objective import objective as _objective
+from _site_objective import warnings_with as _warnings
 import optuna
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
@@ -30,18 +32,6 @@ def _fts(direction=None, storage=None) -> Federation:
         protocol=FTSConfig(n_features=20, n_init=2, min_contributors=1), seed=1,
         direction=direction,
     )  # fmt: skip
-
-
-def _objective(trial: optuna.Trial) -> float:
-    return -((trial.suggest_float("x", 0, 1) - 0.3) ** 2) - trial.suggest_float("y", 0, 1)
-
-
-def _warnings(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
-    return [
-        r.getMessage()
-        for r in caplog.records
-        if r.levelno == logging.WARNING and text in r.getMessage()
-    ]
 
 
 # ---------------------------------------------------------------------------- direction
