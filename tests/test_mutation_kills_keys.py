@@ -286,3 +286,95 @@ def test_the_pinned_fingerprint_comes_from_the_server_key_or_a_credential(tmp_pa
     assert keys.pinned_fingerprint(fid, tmp_path) == fp
     server.save(tmp_path)
     assert keys.pinned_fingerprint(fid, tmp_path) == fp
+
+
+def test_a_key_folder_others_can_write_is_refused_down_to_the_file(tmp_path) -> None:
+    home = tmp_path / "home"
+    folder = home / "participants" / ("f" * 32)
+    folder.mkdir(parents=True, mode=0o700)
+    os.chmod(home, 0o700)
+    os.chmod(home / "participants", 0o700)
+    keys.check_key_folders(folder, home)  # all private
+    keys.check_key_folders(home / "nothing" / "here", home)  # not made yet: nothing to check
+    for each in (home, home / "participants", folder):
+        for mode in (0o720, 0o702):
+            os.chmod(each, mode)
+            with pytest.raises(KeyFileError, match=f"{each} can be written.*{mode:04o}"):
+                keys.check_key_folders(folder, home)
+        os.chmod(each, 0o755)  # readable and searchable by others is fine
+        keys.check_key_folders(folder, home)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir(mode=0o777)
+    os.chmod(outside, 0o777)
+    keys.check_key_folders(outside, home)  # only the key directory and what is inside it
+
+
+def test_key_folders_are_made_private_whatever_the_umask(tmp_path) -> None:
+    old = os.umask(0o002)
+    try:
+        server = _bound()
+        server.save(tmp_path / "home")
+        fp = server.identity.fingerprint
+        alice = ParticipantKey.generate(server.identity.federation_id, "alice", fp)
+        path = alice.save("fed", key_dir=tmp_path / "home")
+    finally:
+        os.umask(old)
+    for folder in (tmp_path / "home", tmp_path / "home" / "servers", path.parent.parent):
+        assert _mode(folder) == 0o700, folder
+    assert _mode(path.parent) == 0o700 and _mode(path) == 0o600
+    with pytest.raises(FileExistsError):  # a credential in the key directory: never replaced
+        alice.save("fed", key_dir=tmp_path / "home")
+
+
+def test_importing_a_credential_installs_it_once_and_never_replaces_another(tmp_path) -> None:
+    fp = ServerKeys.generate().identity.fingerprint
+    alice = ParticipantKey.generate("f" * 32, "alice", fp)
+    source = alice.save("fed", tmp_path / "alice.json")
+    home = tmp_path / "home"
+    target = keys.import_credential(source, home)
+    assert target == ParticipantKey.path("f" * 32, "alice", home) and _mode(target) == 0o600
+    assert json.loads(target.read_text()) == json.loads(source.read_text())
+    assert keys.import_credential(source, home) == target  # the same again: a no-op
+    public = ParticipantKey("f" * 32, "alice", None, fp, public_key=alice.public_key)
+    public_file = public.save("fed", tmp_path / "public.json")
+    assert keys.import_credential(public_file, home) == target
+    assert ParticipantKey.load(target).has_private_key  # the private key was not dropped
+    target.unlink()
+    keys.import_credential(public_file, home)
+    assert not ParticipantKey.load(target).has_private_key
+    keys.import_credential(source, home)  # the private key of the same public key: completes it
+    assert ParticipantKey.load(target).has_private_key
+    other = ParticipantKey.generate("f" * 32, "alice", fp).save("fed", tmp_path / "other.json")
+    before = target.read_text()
+    with pytest.raises(KeyFileError, match="Another key of 'alice' is installed"):
+        keys.import_credential(other, home)
+    assert target.read_text() == before
+    os.chmod(target.parent, 0o770)
+    with pytest.raises(KeyFileError, match="can be written by other users"):
+        keys.import_credential(source, home)
+
+
+def test_keys_are_found_in_this_process_first_and_in_private_folders_only(tmp_path) -> None:
+    server = _bound()
+    fid = server.identity.federation_id
+    alice = ParticipantKey.generate(fid, "alice", server.identity.fingerprint)
+    keys.remember(fid, None, server)
+    keys.remember(fid, "alice", alice)
+    try:
+        assert keys.find_server_keys(fid, tmp_path) is server
+        assert keys.find_participant_key(fid, "alice", tmp_path) is alice
+        assert not (tmp_path / "servers").exists()  # never written
+    finally:
+        keys.forget(fid)
+    assert keys.find_server_keys(fid, tmp_path) is None
+    assert keys.find_participant_key(fid, "alice", tmp_path) is None
+    server.save(tmp_path)
+    alice.save("fed", key_dir=tmp_path)
+    for folder in (tmp_path / "servers", tmp_path / "participants" / fid):
+        os.chmod(folder, 0o722)
+        with pytest.raises(KeyFileError, match=f"{folder} can be written"):
+            keys.find_server_keys(fid, tmp_path)
+            keys.find_participant_key(fid, "alice", tmp_path)
+        os.chmod(folder, 0o700)
+    assert keys.find_server_keys(fid, tmp_path).identity == server.identity
+    assert keys.find_participant_key(fid, "alice", tmp_path).public_key == alice.public_key
