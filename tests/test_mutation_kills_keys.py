@@ -80,7 +80,7 @@ def test_the_fingerprint_is_the_documented_digest_of_the_identity() -> None:
 def test_unb64_refuses_what_is_not_strict_base64_of_the_length() -> None:
     assert unb64("AAEC", "x") == b"\x00\x01\x02"
     assert unb64("AAEC", "x", 3) == b"\x00\x01\x02"
-    for bad in ("AA!C", "AAE", None, 12):
+    for bad in ("AA!C", "AAE", "AA!EC", "AA\nEC", "AAEC\n", None, 12):  # one text per bytes
         with pytest.raises(ValueError, match="the thing is not valid base64"):
             unb64(bad, "the thing")
     with pytest.raises(ValueError, match="the thing has 3 bytes, expected 4"):
@@ -378,3 +378,11 @@ def test_keys_are_found_in_this_process_first_and_in_private_folders_only(tmp_pa
         os.chmod(folder, 0o700)
     assert keys.find_server_keys(fid, tmp_path).identity == server.identity
     assert keys.find_participant_key(fid, "alice", tmp_path).public_key == alice.public_key
+
+
+def test_a_server_identity_with_a_short_key_is_refused() -> None:
+    good = ServerKeys.generate().identity.to_dict()
+    short = base64.b64encode(bytes(31)).decode()
+    for field in ("sign", "seal"):
+        with pytest.raises(ValueError, match="has 31 bytes, expected 32"):
+            ServerIdentity.from_dict({**good, field: short})
