@@ -386,3 +386,67 @@ def test_a_server_identity_with_a_short_key_is_refused() -> None:
     for field in ("sign", "seal"):
         with pytest.raises(ValueError, match="has 31 bytes, expected 32"):
             ServerIdentity.from_dict({**good, field: short})
+
+
+def test_a_credential_lives_at_its_documented_path(tmp_path) -> None:
+    name = hashlib.sha256(b"alice").hexdigest()[:24]
+    expected = tmp_path / "participants" / ("f" * 32) / f"{name}.json"
+    assert ParticipantKey.path("f" * 32, "alice", tmp_path) == expected
+
+
+def test_a_public_only_credential_with_a_short_public_key_is_refused(tmp_path) -> None:
+    fp = ServerKeys.generate().identity.fingerprint
+    alice = ParticipantKey.generate("f" * 32, "alice", fp)
+    public = ParticipantKey("f" * 32, "alice", None, fp, public_key=alice.public_key)
+    path = public.save("fed", tmp_path / "public.json")
+    assert ParticipantKey.load(path).public_key == alice.public_key
+    _rewrite(path, public_key=base64.b64encode(alice.public_key[:31]).decode())
+    with pytest.raises(KeyFileError, match="corrupt .*public key has 31 bytes"):
+        ParticipantKey.load(path)
+
+
+def test_the_server_key_file_pins_the_fingerprint_before_any_credential(tmp_path) -> None:
+    server = _bound()
+    fid, fp = server.identity.federation_id, server.identity.fingerprint
+    server.save(tmp_path)
+    assert keys.pinned_fingerprint(fid, tmp_path) == fp  # the server key file alone
+    other = ServerKeys.generate().identity.fingerprint
+    ParticipantKey.generate(fid, "alice", other).save("fed", key_dir=tmp_path)
+    assert keys.pinned_fingerprint(fid, tmp_path) == fp  # the server's, not a credential's
+
+
+def test_a_credential_of_another_federation_held_in_memory_pins_nothing(tmp_path) -> None:
+    fp = ServerKeys.generate().identity.fingerprint
+    keys.remember("e" * 32, "bob", ParticipantKey.generate("e" * 32, "bob", fp))
+    try:
+        assert keys.pinned_fingerprint("f" * 32, tmp_path) is None
+    finally:
+        keys.forget("e" * 32)
+
+
+def test_importing_an_installed_credential_again_leaves_the_file_untouched(tmp_path) -> None:
+    fp = ServerKeys.generate().identity.fingerprint
+    home = tmp_path / "home"
+    for private in (True, False):
+        alice = ParticipantKey.generate(f"{int(private)}" * 32, "alice", fp)
+        if not private:
+            alice = ParticipantKey(alice.federation_id, "alice", None, fp, alice.public_key)
+        source = alice.save("fed", tmp_path / f"alice-{private}.json")
+        target = keys.import_credential(source, home)
+        target.write_text(json.dumps(json.loads(target.read_text())))  # as another version wrote
+        installed = target.read_text()
+        _rewrite(source, federation="renamed")
+        assert keys.import_credential(source, home) == target
+        assert target.read_text() == installed
+
+
+def test_an_imported_credential_makes_its_folders_private_whatever_the_umask(tmp_path) -> None:
+    fp = ServerKeys.generate().identity.fingerprint
+    source = ParticipantKey.generate("f" * 32, "alice", fp).save("fed", tmp_path / "a.json")
+    old = os.umask(0o002)
+    try:
+        target = keys.import_credential(source, tmp_path / "home")
+    finally:
+        os.umask(old)
+    for folder in (tmp_path / "home", tmp_path / "home" / "participants", target.parent):
+        assert _mode(folder) == 0o700, folder

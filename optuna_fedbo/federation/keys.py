@@ -567,7 +567,7 @@ def import_credential(
         KeyFileError: If the file is not a usable credential or another one is installed.
     """
     key = ParticipantKey.load(Path(path))
-    record = json.loads(Path(path).read_text(encoding="utf-8"))
+    record = _read_private(Path(path), PARTICIPANT_KEY_TYPE)  # what was just read and checked
     target = ParticipantKey.path(key.federation_id, key.client_id, key_dir)
     check_key_folders(target.parent, key_home(key_dir))
     if target.exists():
