@@ -450,3 +450,27 @@ def test_an_imported_credential_makes_its_folders_private_whatever_the_umask(tmp
         os.umask(old)
     for folder in (tmp_path / "home", tmp_path / "home" / "participants", target.parent):
         assert _mode(folder) == 0o700, folder
+
+
+def test_every_folder_between_the_key_directory_and_a_deep_folder_is_checked(tmp_path) -> None:
+    home = tmp_path / "home"
+    deep = home / "a" / "b" / "c"
+    deep.mkdir(parents=True)
+    for folder in (home, home / "a", home / "a" / "b", deep):
+        os.chmod(folder, 0o700)
+    keys.check_key_folders(deep, home)
+    for folder in (home / "a", home / "a" / "b"):
+        os.chmod(folder, 0o770)
+        with pytest.raises(KeyFileError, match=f"{folder} can be written"):
+            keys.check_key_folders(deep, home)
+        os.chmod(folder, 0o700)
+
+
+def test_key_files_are_written_where_no_folder_exists_yet(tmp_path) -> None:
+    server = _bound()
+    path = server.save(tmp_path / "a" / "b" / "home")  # the key directory's parents too
+    assert ServerKeys.load(path).identity == server.identity
+    fp = server.identity.fingerprint
+    alice = ParticipantKey.generate("f" * 32, "alice", fp)
+    target = alice.save("fed", tmp_path / "x" / "y" / "alice.json")  # an explicit path
+    assert ParticipantKey.load(target).public_key == alice.public_key
