@@ -474,3 +474,15 @@ def test_key_files_are_written_where_no_folder_exists_yet(tmp_path) -> None:
     alice = ParticipantKey.generate("f" * 32, "alice", fp)
     target = alice.save("fed", tmp_path / "x" / "y" / "alice.json")  # an explicit path
     assert ParticipantKey.load(target).public_key == alice.public_key
+
+
+def test_a_key_file_is_private_from_the_moment_it_is_created(tmp_path, monkeypatch) -> None:
+    # The final chmod is not what protects it: a reader between the create and the chmod (or a
+    # crash in between) finds a file only its owner can open.
+    monkeypatch.setattr(os, "chmod", lambda *args, **kwargs: None)
+    old = os.umask(0o000)
+    try:
+        path = _bound().save(tmp_path)
+    finally:
+        os.umask(old)
+    assert _mode(path) == 0o600
