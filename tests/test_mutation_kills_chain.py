@@ -99,3 +99,18 @@ def test_a_cached_digest_is_reused_only_for_the_same_body_object() -> None:
     assert cache["r:1"] == (changed, entry_digest(changed))
     stale = {"r:0": (entries["r:0"], "not the digest")}  # the same object: the cache is trusted
     assert read_chain({"r:0": entries["r:0"]}, stale).head.digest == "not the digest"
+
+
+def test_every_restore_entry_counts() -> None:
+    entries, digests = _linked(1)
+    first = _entry(1, 3, digests[0], kind=RESTORE, carried=2, payload="a" * 64)
+    second = _entry(2, 6, entry_digest(first), kind=RESTORE, carried=3, payload="b" * 64)
+    entries.update(s1=first, s2=second)
+    chain = read_chain(entries, {})
+    assert chain.head == LedgerHead(1 + 2 + 3, entry_digest(second), 2, 2)
+    assert {"a" * 64, "b" * 64} <= chain.digests
+
+
+def test_an_entry_that_counts_nothing_adds_nothing_to_the_count() -> None:
+    chain = read_chain({"a": {"round": 0, "kind": "release"}}, {})
+    assert chain.counted == 0 and chain.head.releases == 1
