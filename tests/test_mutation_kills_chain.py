@@ -114,3 +114,15 @@ def test_every_restore_entry_counts() -> None:
 def test_an_entry_that_counts_nothing_adds_nothing_to_the_count() -> None:
     chain = read_chain({"a": {"round": 0, "kind": "release"}}, {})
     assert chain.counted == 0 and chain.head.releases == 1
+
+
+def test_an_entry_that_counts_nothing_is_never_the_head_of_one_that_counts() -> None:
+    counting = _entry(0, 1, "")
+    # An entry without a count whose digest is larger (ties are broken by the digest).
+    silent = next(
+        body
+        for body in ({"round": 0, "kind": "release", "note": i} for i in range(64))
+        if entry_digest(body) > entry_digest(counting)
+    )
+    chain = read_chain({"a": counting, "b": silent}, {})
+    assert chain.head.digest == entry_digest(counting)
