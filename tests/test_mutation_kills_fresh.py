@@ -149,3 +149,22 @@ def test_a_heartbeat_is_kept_with_its_epoch_and_time_as_numbers() -> None:
     with_strings = {"epoch": 2, "heartbeat": 3.0, "open_round": 0}
     kept = {"epoch": 2, "heartbeat": 3.5, "open_round": 0}
     assert fresh.heartbeat(with_strings) == kept  # older than (2, 3.5): compared as numbers
+
+
+def test_a_signed_heartbeat_without_epoch_or_time_counts_as_the_oldest() -> None:
+    fed, _ = _published(0)
+    fresh = Freshness(fed.store)
+    bare = {"open_round": 0}  # as a server of an older version signed it
+    assert fresh.heartbeat(bare) is bare
+    seen = {"epoch": 1, "heartbeat": 0.5, "open_round": 0}
+    assert fresh.heartbeat(seen) is seen
+    assert fresh.heartbeat({"heartbeat": 9.0, "open_round": 0}) == seen  # epoch 0 < 1
+    assert fresh.heartbeat({"epoch": 1, "open_round": 0}) == seen  # time 0.0 < 0.5
+
+
+def test_a_heartbeat_as_new_as_the_newest_seen_is_taken() -> None:
+    fed, _ = _published(0)
+    fresh = Freshness(fed.store)
+    fresh.heartbeat({"epoch": 1, "heartbeat": 5.0, "open_round": 0})
+    same_time = {"epoch": 1, "heartbeat": 5.0, "open_round": 0, "stopped": "ended"}
+    assert fresh.heartbeat(same_time) is same_time
