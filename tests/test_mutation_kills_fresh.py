@@ -168,3 +168,16 @@ def test_a_heartbeat_as_new_as_the_newest_seen_is_taken() -> None:
     fresh.heartbeat({"epoch": 1, "heartbeat": 5.0, "open_round": 0})
     same_time = {"epoch": 1, "heartbeat": 5.0, "open_round": 0, "stopped": "ended"}
     assert fresh.heartbeat(same_time) is same_time
+
+
+def test_an_empty_pointer_is_ignored_with_a_warning_a_missing_one_silently(caplog) -> None:
+    fed, _ = _published(1)
+    fresh = Freshness(fed.store)
+    with caplog.at_level(logging.WARNING):
+        assert fresh.latest("")["round"] == 0  # an empty record: not a pointer
+    assert sum("Ignoring the 'latest' pointer" in m for m in _warnings(caplog)) == 1
+    caplog.clear()
+    seen = fresh.latest(_stored_pointer(fed))
+    with caplog.at_level(logging.WARNING):
+        assert fresh.latest(None) == seen  # deleted from the storage: the newest seen stands
+    assert _warnings(caplog) == []
