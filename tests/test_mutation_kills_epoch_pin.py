@@ -4,6 +4,7 @@ written to kill mutants of ``benchmarks/mutation_trust.py``."""
 
 from __future__ import annotations
 
+import os
 import stat
 from types import SimpleNamespace
 import uuid
@@ -118,3 +119,21 @@ def test_a_newer_server_is_found_from_the_pin_the_claims_or_the_heartbeat(tmp_pa
     assert newer_epoch(beat, pin, 6) is None
     assert newer_epoch(_Store(heartbeat={}), pin, 3) is None
     assert newer_epoch(_Store(heartbeat={"epoch": 6}), pin, 2) == 3  # the pin first
+
+
+def test_an_older_pin_removed_meanwhile_by_another_server_is_no_error(
+    tmp_path, monkeypatch
+) -> None:
+    pin = EpochPin("f" * 32, tmp_path / "f.epochs")
+    assert pin.reserve(3)
+    real = os.listdir
+
+    def listing(folder):  # another server unlinks 000003 right after this one listed it
+        names = real(folder)
+        (pin.folder / "000003").unlink(missing_ok=True)
+        return names
+
+    monkeypatch.setattr(os, "listdir", listing)
+    assert pin.reserve(5) is True
+    monkeypatch.setattr(os, "listdir", real)
+    assert pin.epochs() == [5]
