@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import time
 
 from optuna.distributions import FloatDistribution
 import pytest
@@ -218,6 +219,7 @@ def test_one_more_release_would_exceed_the_budget_only_past_it() -> None:
     assert record["round"] == 4 and record["rounds_accounted"] == 0
     assert (record["epsilon"], record["epsilon_next"]) == (probe.curve.epsilon(0), one)
     assert record["epsilon_budget"] == (one + two) / 2 and record["delta"] == ledger.delta
+    assert isinstance(record["at"], float)  # when (for whoever reads the storage)
     assert fed.privacy_ledger().exhausted()["rounds_accounted"] == 0
 
 
@@ -239,7 +241,8 @@ def test_a_payload_accounted_but_never_staged_is_published_not_drawn_again() -> 
     assert ledger.unreleased(1, set()) == ("old", ("r1",))
 
 
-def test_a_restore_entry_carries_the_releases_forward_and_moves_the_mark() -> None:
+def test_a_restore_entry_carries_the_releases_forward_and_moves_the_mark(monkeypatch) -> None:
+    monkeypatch.setattr(time, "time", lambda: 1234.5)
     fed = _fed()
     ledger = fed.privacy_ledger()
     for i in range(2):
@@ -249,7 +252,19 @@ def test_a_restore_entry_carries_the_releases_forward_and_moves_the_mark() -> No
     entry = ledger.carry_forward(mark, LedgerHead(5, "h" * 64, 4, 0), 6, 3)
     assert (entry.kind, entry.carried, entry.n_accounted, entry.round) == (RESTORE, 3, 5, 6)
     assert (entry.payload, entry.prev, entry.epoch) == ("h" * 64, head.digest, 0)
-    assert entry.epsilon == ledger.curve.epsilon(5) and entry.noise_std == 0.0
+    assert entry.epsilon == ledger.curve.epsilon(5) and entry.noise_std == entry.phi_max == 0.0
+    privacy = ledger.privacy
+    assert (entry.delta, entry.accountant, entry.sampling) == (
+        ledger.delta,
+        privacy.accountant,
+        privacy.sampling,
+    )
+    assert (entry.noise_multiplier, entry.sample_rate, entry.clip_norm) == (
+        privacy.noise_multiplier,
+        privacy.sample_rate,
+        privacy.clip_norm,
+    )
+    assert entry.accounted_at == 1234.5
     stored = fed.trust.verify("ledger", _ledger_attrs(fed)[1][ledger_key(6, "h" * 64)])
     assert mark.advanced == [LedgerHead(5, entry_digest(stored), 6, 1)]
     assert ledger.n_released() == 5 and ledger.chain().head.restores == 1
@@ -270,3 +285,36 @@ def test_the_chain_is_read_again_only_when_an_entry_changed() -> None:
     ledger.account(1, "p1", epoch=1, noise_std=1.0, phi_max=1.0)
     assert ledger.chain() is not chain and ledger.chain().head.releases == 2
     assert ledger.chain({}).head.releases == 0  # the entries given, not the stored ones
+
+
+def test_a_restore_is_refused_on_a_ledger_with_an_entry_that_does_not_verify() -> None:
+    fed = _fed()
+    ledger = fed.privacy_ledger()
+    for i in range(2):
+        ledger.account(i, f"p{i}", epoch=1, noise_std=1.0, phi_max=1.0)
+    study_id, attrs = _ledger_attrs(fed)
+    head_key = ledger_key(1, text_digest("p1"))
+    fed.storage.set_study_system_attr(study_id, head_key, "forged")  # the chain is not broken
+    with pytest.raises(LedgerIntegrityError, match="does not verify in itself"):
+        ledger.carry_forward(_Mark(), LedgerHead(5, "", 0, 0), 2, 3)
+    assert len(_ledger_attrs(fed)[1]) == len(attrs)  # nothing written
+
+
+def test_racing_servers_releases_both_count() -> None:
+    fed = _fed()
+    ledger = fed.privacy_ledger()
+    ledger.account(0, "p0", epoch=1, noise_std=1.0, phi_max=1.0)
+    _, attrs = _ledger_attrs(fed)
+    body = fed.trust.verify("ledger", attrs[ledger_key(0, text_digest("p0"))])
+    fork = {**body, "payload": text_digest("p0 of the other server"), "epoch": 2}
+    fed.store.write_ledger_entry(ledger_key(0, fork["payload"]), fork)  # the same head extended
+    chain = ledger.chain()
+    assert chain.counted == 1 and chain.head.releases == 2
+    assert ledger.standing() == (2, "ok") and ledger.n_released() == 2
+    assert ledger.spent()[0] == ledger.curve.epsilon(2)
+
+
+def test_one_release_a_signed_record_counted_and_the_ledger_lacks_is_missing() -> None:
+    fed = _fed()
+    fed.store.stage_broadcast(0, fed.store.sign_broadcast(0, "{}", epoch=1, ledger_count=1))
+    assert fed.privacy_ledger().standing() == (1, "missing")
