@@ -318,3 +318,43 @@ def test_one_release_a_signed_record_counted_and_the_ledger_lacks_is_missing() -
     fed = _fed()
     fed.store.stage_broadcast(0, fed.store.sign_broadcast(0, "{}", epoch=1, ledger_count=1))
     assert fed.privacy_ledger().standing() == (1, "missing")
+
+
+def test_of_two_unreleased_payloads_of_a_round_the_newest_is_published(monkeypatch) -> None:
+    first = "first payload"
+    # A later payload whose ledger key sorts after the first one's (keys name the digest):
+    # key order would pick the first.
+    later = next(
+        f"later payload {i}"
+        for i in range(64)
+        if text_digest(f"later payload {i}") > text_digest(first)
+    )
+    fed = _fed()
+    ledger = fed.privacy_ledger()
+    monkeypatch.setattr(time, "time", lambda: 100.0)
+    ledger.account(1, first, epoch=1, noise_std=1.0, phi_max=1.0)
+    monkeypatch.setattr(time, "time", lambda: 200.0)
+    ledger.account(1, later, epoch=1, noise_std=1.0, phi_max=1.0)
+    monkeypatch.undo()
+    assert ledger.unreleased(1, set())[0] == later
+
+
+def test_a_budget_record_without_a_count_raises_no_floor() -> None:
+    fed = _fed(budget=100.0)
+    fed.store.mark_budget_exhausted({"round": 0})
+    assert fed.privacy_ledger().floor() == 0
+
+
+def test_the_ledger_warns_once_only_when_it_is_missing_or_rolled_back(caplog) -> None:
+    fed = _fed()
+    ledger = fed.privacy_ledger()
+    ledger.account(0, "p0", epoch=1, noise_std=1.0, phi_max=1.0)
+    with caplog.at_level(logging.WARNING):
+        assert ledger.standing() == (1, "ok")
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    fed.store.stage_broadcast(1, fed.store.sign_broadcast(1, "{}", epoch=1, ledger_count=3))
+    with caplog.at_level(logging.WARNING):
+        assert ledger.standing() == (3, "rolled back")
+        assert ledger.standing() == (3, "rolled back")
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 1 and "is rolled back: it holds 1 release(s)" in warned[0]
