@@ -23,6 +23,7 @@ from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation._chain import LedgerHead
 from optuna_fedbo.federation._chain import LedgerIntegrityError
 from optuna_fedbo.federation.keys import ServerKeys
+from optuna_fedbo.federation.store import LATEST_KEY
 from optuna_fedbo.federation.trust import Trust
 from optuna_fedbo.federation.watermark import check_participant
 from optuna_fedbo.federation.watermark import guard_server
@@ -340,3 +341,73 @@ def test_after_the_operator_restored_uploads_go_on_with_a_warning(tmp_path, capl
     assert any("was restored from a backup" in r.getMessage() for r in caplog.records)
     after = ParticipantMark(fed).read()
     assert (after.releases, after.round, after.restores) == (2, -1, 1)  # back to the restored
+
+
+def _point(fed: Federation, round_index: int, trial_id: int) -> None:
+    """A server-signed 'latest' pointer (what a server writes when it publishes)."""
+    main = fed.storage.get_study_id_from_name(fed.name)
+    pointer = {"round": round_index, "trial_id": trial_id, "digest": "0" * 64}
+    fed.storage.set_study_system_attr(main, LATEST_KEY, fed.trust.sign("latest", pointer))
+
+
+def test_a_participant_marks_the_newest_published_round(tmp_path) -> None:
+    fed = _fed(tmp_path)
+    _account(fed, 0)
+    trial_id = fed.store.stage_broadcast(0, fed.store.sign_broadcast(0, "{}", epoch=1))
+    _point(fed, 0, trial_id)
+    check_participant(fed)
+    assert ParticipantMark(fed).read().round == 0
+
+
+def test_a_pointer_to_a_broadcast_that_cannot_be_read_leaves_the_ledger_count(tmp_path) -> None:
+    fed = _fed(tmp_path)
+    _account(fed, 0)
+    forged = fed.store.stage_broadcast(0, "not a signed record")
+    for trial_id in (forged, 10**6):  # does not verify; does not exist
+        _point(fed, 0, trial_id)
+        check_participant(fed)  # the ledger's own count stands: uploads go on
+        assert ParticipantMark(fed).read().releases == 1
+
+
+def test_a_participant_refuses_a_ledger_ahead_of_the_newest_round_by_two(tmp_path) -> None:
+    fed = _fed(tmp_path)
+    _account(fed, 0)
+    check_participant(fed)  # round 0 accounted, nothing published: being published
+    _account(fed, 1)  # round 1 accounted too, but round 0 was never published
+    with pytest.raises(LedgerRollbackError, match="newest round is -1 .* accounted round 1"):
+        check_participant(fed)
+
+
+def test_a_restore_without_a_round_going_back_is_not_announced(tmp_path, caplog) -> None:
+    fed = _fed(tmp_path)
+    _account(fed, 0)
+    _participant_view(fed, 1, -1)
+    fed.privacy_ledger().carry_forward(ServerMark(fed), LedgerHead(1, "", 0, 0), 0, 1)
+    with caplog.at_level(logging.WARNING):
+        check_participant(fed)
+    assert not any("was restored from a backup" in r.getMessage() for r in caplog.records)
+    assert ParticipantMark(fed).read().restores == 1
+
+
+def test_restoring_one_missing_release_carries_exactly_one(tmp_path) -> None:
+    fed = _fed(tmp_path)
+    guard_server(fed)
+    _account(fed, 0, 1)
+    mark = ServerMark(fed)
+    full = mark.read()
+    mark.write(LedgerHead(full.releases + 1, full.digest, 2, 0))
+    assert restore_ledger(fed).carried == 1
+
+
+def test_rebuilding_the_mark_from_the_storage_needs_a_ledger_that_verifies(tmp_path) -> None:
+    fed = _fed(tmp_path)
+    guard_server(fed)
+    _account(fed, 0, 1)
+    mark = ServerMark(fed)
+    before = mark.read()
+    study_id = fed.storage.get_study_id_from_name(fed.store.ledger_study_name)
+    key = sorted(fed.storage.get_study_system_attrs(study_id))[-1]
+    fed.storage.set_study_system_attr(study_id, key, "forged")
+    with pytest.raises(LedgerIntegrityError, match="does not verify"):
+        restore_ledger(fed, trust_storage=True)
+    assert ServerMark(fed).read() == before
