@@ -411,3 +411,44 @@ def test_rebuilding_the_mark_from_the_storage_needs_a_ledger_that_verifies(tmp_p
     with pytest.raises(LedgerIntegrityError, match="does not verify"):
         restore_ledger(fed, trust_storage=True)
     assert ServerMark(fed).read() == before
+
+
+def test_an_in_memory_mark_is_opened_where_it_stood_and_never_written_to_disk(tmp_path) -> None:
+    fed = _fed(tmp_path, storage=None)
+    ServerMark(fed).advance(LedgerHead(2, "d" * 64, 1, 0))
+    assert ServerMark(fed).open() == LedgerHead(2, "d" * 64, 1, 0)
+    ParticipantMark(fed).update(LedgerHead(1, "", 0, 0), None)
+    assert not (tmp_path / "keys").exists()
+
+
+def test_a_mark_of_two_lines_is_kept_to_its_furthest_at_the_start(tmp_path) -> None:
+    fed = _fed(tmp_path)
+    mark = ServerMark(fed)
+    mark.write(LedgerHead(1, "d" * 64, 0, 0))
+    mark.advance(LedgerHead(2, "e" * 64, 1, 0))
+    assert len(mark.path.read_text().splitlines()) == 2
+    assert ServerMark(fed).open() == LedgerHead(2, "e" * 64, 1, 0)
+    assert len(mark.path.read_text().splitlines()) == 1
+
+
+def test_a_mark_file_appended_to_is_private_from_its_creation(tmp_path, monkeypatch) -> None:
+    fed = _fed(tmp_path)
+    mark = ServerMark(fed)
+    mark.path.parent.mkdir(parents=True, exist_ok=True)
+    old = os.umask(0o000)
+    try:
+        mark.advance(LedgerHead(1, "d" * 64, 0, 0))  # no file yet: created by the append
+    finally:
+        os.umask(old)
+    assert _mode(mark.path) == 0o600 and ServerMark(fed).read() == LedgerHead(1, "d" * 64, 0, 0)
+
+
+def test_a_participant_mark_moved_as_far_by_another_process_is_kept(tmp_path) -> None:
+    fed = _fed(tmp_path)
+    mark = ParticipantMark(fed)
+    seen = LedgerHead(3, "d" * 64, 2, 0)
+    mark.update(seen, None)
+    ParticipantMark(fed).update(LedgerHead(5, "e" * 64, 4, 0), seen)  # another process
+    mark.update(LedgerHead(5, "f" * 64, 4, 0), seen)  # as far, not further: kept
+    assert mark.read() == LedgerHead(5, "e" * 64, 4, 0)
+    assert json.loads(mark.path.read_text())["federation"] == fed.name
