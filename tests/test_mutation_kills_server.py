@@ -43,7 +43,8 @@ def _federation(n_clients: int = 2) -> Federation:
 
 def _upload_all(fed: Federation, round_index: int = 0) -> None:
     for i in range(fed.n_clients):
-        fed.upload(f"c{i}", np.linspace(-1.0, 1.0, M) * (i + 1), n_observations=3, iteration=round_index)
+        omega = np.linspace(-1.0, 1.0, M) * (i + 1)
+        fed.upload(f"c{i}", omega, n_observations=3, iteration=round_index)
 
 
 def _nothing_written(fed: Federation) -> bool:
