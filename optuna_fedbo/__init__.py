@@ -12,6 +12,7 @@ from optuna_fedbo.federation import list_federations
 from optuna_fedbo.federation import presets
 from optuna_fedbo.federation import ProtocolConfig
 from optuna_fedbo.federation import RoundReport
+from optuna_fedbo.federation import SecureAggregation
 from optuna_fedbo.privacy import LaplaceMechanism
 from optuna_fedbo.privacy import privatize_objective
 from optuna_fedbo.samplers import FedPNEPhaseTimeout
@@ -43,6 +44,7 @@ __all__ = [
     "ProtocolConfig",
     "RFFThompsonSampler",
     "RoundReport",
+    "SecureAggregation",
     "TrialCounts",
     "__version__",
     "delete_federation",

@@ -95,8 +95,11 @@ def pack(statistics: SufficientStatistics) -> np.ndarray:
     )
 
 
-def unpack(vector: np.ndarray, n_features: int) -> SufficientStatistics:
+def unpack(vector: np.ndarray, n_features: int, *, strict: bool = True) -> SufficientStatistics:
     """The statistics packed in ``vector`` by :func:`pack`.
+
+    ``strict=False`` skips the consistency checks and keeps a fractional count (a sum of
+    weighted, fixed-point rounded statistics: secure aggregation's, which nobody can check).
 
     Raises:
         ValueError: If ``vector`` has the wrong length, is not finite, or is not the statistics
@@ -111,10 +114,10 @@ def unpack(vector: np.ndarray, n_features: int) -> SufficientStatistics:
     if not np.all(np.isfinite(vector)):
         raise ValueError("packed statistics contain NaN or infinity")
     count = vector[0]
-    if count < 1 or count != round(count):
+    if strict and (count < 1 or count != round(count)):
         raise ValueError(f"the observation count must be a positive integer, got {count!r}")
     statistics = SufficientStatistics(n_features)
-    statistics.count = int(count)
+    statistics.count = int(count) if strict else max(float(count), 1.0)  # type: ignore[assignment]
     statistics.target_sum = float(vector[1])
     statistics.target_square_sum = float(vector[2])
     statistics.feature_sum = vector[3 : 3 + n_features].copy()
@@ -124,7 +127,8 @@ def unpack(vector: np.ndarray, n_features: int) -> SufficientStatistics:
     gram[rows, columns] = vector[3 + 2 * n_features :]
     gram[columns, rows] = gram[rows, columns]
     statistics.gram = gram
-    _check_consistent(statistics)
+    if strict:
+        _check_consistent(statistics)
     return statistics
 
 
@@ -156,8 +160,11 @@ def pack_blocks(statistics: list[SufficientStatistics]) -> np.ndarray:
     return np.concatenate([pack(part) for part in statistics])
 
 
-def unpack_blocks(vector: np.ndarray, n_features: int) -> list[SufficientStatistics]:
-    """The blocks' statistics packed by :func:`pack_blocks` (checked as :func:`unpack`).
+def unpack_blocks(
+    vector: np.ndarray, n_features: int, *, strict: bool = True
+) -> list[SufficientStatistics]:
+    """The blocks' statistics packed by :func:`pack_blocks` (checked as :func:`unpack`, unless
+    ``strict`` is false).
 
     Raises:
         ValueError: If the vector has the wrong length or a block is not consistent, or if the
@@ -172,8 +179,10 @@ def unpack_blocks(vector: np.ndarray, n_features: int) -> list[SufficientStatist
     blocks, start = [], 0
     for size in block_sizes(n_features):
         end = start + packed_length(size)
-        blocks.append(unpack(vector[start:end], size))
+        blocks.append(unpack(vector[start:end], size, strict=strict))
         start = end
+    if not strict:
+        return blocks
     first = blocks[0]
     for block in blocks[1:]:
         same = block.count == first.count and np.allclose(

@@ -41,6 +41,7 @@ from optuna_fedbo.federation.preset import Preset
 from optuna_fedbo.federation.protocol import get_protocol
 from optuna_fedbo.federation.protocol import Protocol
 from optuna_fedbo.federation.protocol import register_protocol
+from optuna_fedbo.federation.secagg import SecureAggregation
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
 from optuna_fedbo.federation.store import FederationNotFoundError
@@ -99,6 +100,7 @@ __all__ = [
     "Protocol",
     "ProtocolConfig",
     "RoundReport",
+    "SecureAggregation",
     "ServerSupersededError",
     "SimulationResult",
     "UntrustedRecordError",

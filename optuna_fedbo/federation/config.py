@@ -114,6 +114,14 @@ class ProtocolConfig:
             f"DPConfig privatizes the FTS server's aggregation; protocol {self.kind!r} is not FTS."
         )
 
+    def check_secure_aggregation(self, privacy: Any) -> int:
+        """The length of one participant's input to secure aggregation (a resolved
+        configuration); raise ``ValueError`` if the protocol cannot run under it. The default
+        refuses: only the FTS family's pooled statistics are summed securely."""
+        raise ValueError(
+            f"Secure aggregation sums the FTS family's uploads; protocol {self.kind!r} is not FTS."
+        )
+
 
 def _positive_int(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -164,6 +172,8 @@ class FederationConfig:
             study has the other one is refused. ``None`` (federations created before it
             existed, or without it): not checked, each site's values are taken in its own
             study's direction.
+        secure_aggregation: ``SecureAggregation.to_dict()`` (threshold resolved), or ``None``:
+            the server reads each upload.
     """
 
     name: str
@@ -174,6 +184,7 @@ class FederationConfig:
     seed: int = 0
     server: Mapping[str, str] | None = None
     direction: str | None = None
+    secure_aggregation: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -212,6 +223,11 @@ class FederationConfig:
             **({} if self.server is None else {"server": dict(self.server)}),
             # Only when declared: the configurations (and hashes) of older federations stay.
             **({} if self.direction is None else {"direction": self.direction}),
+            **(
+                {}
+                if self.secure_aggregation is None
+                else {"secure_aggregation": dict(self.secure_aggregation)}
+            ),
         }
 
     def to_json(self) -> str:
@@ -248,13 +264,14 @@ class FederationConfig:
             seed=record["seed"],
             server=record.get("server"),
             direction=record.get("direction"),
+            secure_aggregation=record.get("secure_aggregation"),
         )
 
     def differences(self, other: FederationConfig) -> list[str]:
         """Human-readable differences between two configurations (empty if equal)."""
         mine, theirs = self.to_dict(), other.to_dict()
         out = []
-        for key in ("name", "n_clients", "seed", "privacy", "direction"):
+        for key in ("name", "n_clients", "seed", "privacy", "direction", "secure_aggregation"):
             if mine.get(key) != theirs.get(key):
                 out.append(f"{key}: {mine.get(key)!r} != {theirs.get(key)!r}")
         if mine["search_space"] != theirs["search_space"]:

@@ -46,6 +46,9 @@ from optuna_fedbo.federation.preset import Preset
 from optuna_fedbo.federation.preset import unpack
 from optuna_fedbo.federation.protocol import DEFAULT_PROTOCOL
 from optuna_fedbo.federation.protocol import get_protocol
+from optuna_fedbo.federation.secagg.config import no_single_upload
+from optuna_fedbo.federation.secagg.config import SecureAggregation
+from optuna_fedbo.federation.secagg.config import stored_secure_aggregation
 from optuna_fedbo.federation.store import check_client_id
 from optuna_fedbo.federation.store import FederationNotFoundError
 from optuna_fedbo.federation.store import FederationStore
@@ -224,6 +227,7 @@ class Federation:
         load_if_exists: bool = False,
         key_dir: str | os.PathLike[str] | None = None,
         direction: str | None = None,
+        secure_aggregation: Any = None,
     ) -> Federation:
         """Create a federation.
 
@@ -247,6 +251,9 @@ class Federation:
                 the server needs them, and they never enter the storage. In an in-memory
                 storage (one process) the keys stay in memory.
             direction: ``"maximize"`` or ``"minimize"``: sites must match (``None``: unchecked).
+            secure_aggregation: ``None`` or a
+                :class:`~optuna_fedbo.federation.secagg.SecureAggregation`: the server then
+                learns only the sum of at least ``t`` participants' uploads.
 
         The server's public keys become part of the configuration, which the server signs;
         :attr:`fingerprint` names the server (give it out of band to participants on other
@@ -272,7 +279,8 @@ class Federation:
         # Defaults that depend on the federation are stored explicitly.
         resolved = protocol.resolve(SearchSpaceEncoder(config.search_space), privacy)
         resolved.check_creation(n_clients, privacy)
-        config = replace(config, protocol=resolved)
+        secure = stored_secure_aggregation(secure_aggregation, resolved, privacy, n_clients)
+        config = replace(config, protocol=resolved, secure_aggregation=secure)
         store = FederationStore(resolve_storage(storage), name)
         try:
             store.main_attrs()
@@ -494,6 +502,12 @@ class Federation:
     def privacy(self) -> DPConfig | None:
         """The differential privacy configuration (``delta`` resolved), or ``None``."""
         return self._privacy
+
+    @property
+    def secure_aggregation(self) -> SecureAggregation | None:
+        """The secure aggregation the uploads go through, or ``None`` (none)."""
+        stored = self._config.secure_aggregation
+        return None if stored is None else SecureAggregation.from_dict(stored)
 
     @property
     def encoder(self) -> SearchSpaceEncoder:
@@ -762,6 +776,8 @@ class Federation:
             KeyError: If there is no such upload.
             ValueError: If it does not verify or this process cannot open it.
         """
+        if self._config.secure_aggregation is not None:
+            raise ValueError(no_single_upload(self.name))
         public_key = self.public_key_of(client_id)
         if public_key is None:
             raise ValueError(f"{client_id!r} is not enrolled in federation {self.name!r}.")

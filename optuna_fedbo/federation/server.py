@@ -93,6 +93,8 @@ class RoundReport:
         upload_norms: L2 norms of the valid uploaded vectors (server-side information, not
             published), from which a researcher chooses the clip norm ``S`` the papers' way:
             so that a small fraction of the vectors is clipped. Empty for pooled statistics.
+        n_recovered: With secure aggregation, participants that dropped out after sharing
+            their keys and whose masks the survivors' shares removed.
     """
 
     round: int
@@ -110,6 +112,7 @@ class RoundReport:
     noise_std: float | None = None
     budget_exhausted: bool = False
     upload_norms: tuple[float, ...] = ()
+    n_recovered: int = 0
 
 
 class FederationServer:

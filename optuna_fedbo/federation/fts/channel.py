@@ -26,6 +26,8 @@ from optuna_fedbo.federation.fts.config import FTSConfig
 from optuna_fedbo.federation.fts.messages import Broadcast
 from optuna_fedbo.federation.fts.messages import encode_upload
 from optuna_fedbo.federation.fts.messages import parse_broadcast
+from optuna_fedbo.federation.fts.secure import secure_poll
+from optuna_fedbo.federation.fts.secure import secure_upload
 from optuna_fedbo.federation.fts.subregions import SubregionPartition
 from optuna_fedbo.federation.trust import UntrustedRecordError
 
@@ -178,6 +180,7 @@ class FTSChannel:
                 return None
             self._resend_references(round_index, stalled=False)
             self._resend_erased(round_index)
+            secure_poll(self)
             time.sleep(poll_interval)
 
     def upload(
@@ -223,6 +226,8 @@ class FTSChannel:
             raise ValueError("omega contains NaN or infinity; it is not uploaded.")
         if self.federation.index_of(client_id) is None:
             raise ValueError(f"{client_id!r} has not joined federation {self.federation.name!r}.")
+        if self.federation.secure_aggregation is not None:
+            return secure_upload(self, client_id, omega, n_observations)
         return self._send(client_id, omega, n_observations, iteration, by_reference=True)
 
     def _send(

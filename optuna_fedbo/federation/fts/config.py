@@ -236,6 +236,17 @@ class FTSConfig(ProtocolConfig):
                 "relays every agent's vector, which no amount of noise on an aggregate protects."
             )
 
+    def check_secure_aggregation(self, privacy: Any) -> int:
+        if privacy is not None or self.aggregation != "pooled":
+            raise ValueError(
+                "Secure aggregation sums the pooled statistics of the default protocol "
+                "(aggregation='pooled', no DPConfig); this federation uses "
+                f"aggregation={self.aggregation!r}"
+                + (" with a DPConfig" if privacy is not None else "")
+                + ": drop the DPConfig and the aggregation setting, or secure_aggregation."
+            )
+        return self.upload_length
+
     def check_creation(self, n_clients: int, privacy: Any) -> None:
         if privacy is None:
             check_without_privacy(self, n_clients)

@@ -72,6 +72,7 @@ from optuna_fedbo.federation.fts.messages import encode_broadcast
 from optuna_fedbo.federation.fts.messages import parse_broadcast
 from optuna_fedbo.federation.fts.messages import parse_upload
 from optuna_fedbo.federation.fts.messages import Upload
+from optuna_fedbo.federation.fts.secure import SecureRounds
 from optuna_fedbo.federation.ledger import LedgerEntry
 from optuna_fedbo.federation.ledger import PrivacyLedger
 from optuna_fedbo.federation.server import FederationServer
@@ -156,6 +157,7 @@ class FTSServer(FederationServer):
             self._mechanism = federation.privacy.mechanism()
             self._ledger.prepare()
         self._recover()
+        self._secure = None if federation.secure_aggregation is None else SecureRounds(self)
 
     def _use_insecure_noise_seed(self, insecure_noise_seed: int) -> None:
         """Draw subsampling and noise (or the relay order of ``"sample"``) from a seeded
@@ -275,6 +277,8 @@ class FTSServer(FederationServer):
                 return None
             round_index = self.open_round
             self._keep_uploads_open(round_index)
+            if self._secure is not None:  # the server learns only a sum (.secure)
+                return self._secure.step(force)
             uploads, rejected = self._collect(round_index)
             reason = self._closing_reason(round_index, uploads, force)
             if reason is None:

@@ -1,0 +1,187 @@
+"""The FTS family's pooled statistics under secure aggregation: the server learns only their sum.
+
+Without secure aggregation the server pools each participant's statistics itself: it
+standardizes everyone's values together, may give each participant an offset of its own, and
+bounds each one's weight (:func:`optuna_fedbo.core.pooling.robust_weights`). On a masked sum it
+can do none of that, so what can be done moves to the participant (:func:`secure_input`):
+
+* **centring and scaling**: each participant standardizes its own values (its own mean and
+  spread: the shared value scale is "standardized", and a participant's offset is removed,
+  as a per-participant offset of unlimited prior scale would); the differences in level
+  between sites, which the server's evidence could keep, are lost;
+* **weight**: a participant with more than ``SecureAggregation.max_observations`` observations
+  scales its statistics down to that many (the server's cap of one participant's weight becomes
+  a fixed cap), which also bounds every coordinate by ``max_observations``: Cauchy-Schwarz on
+  unit-norm features and standardized values (``|sum phi y| <= n``, ``|Gram| <= n``);
+* **clipping**: every coordinate is clipped to that bound (a no-op for honest statistics), and
+  the ring is sized so that the sum of ``N`` clipped inputs never wraps.
+
+A malicious participant can still send any in-range statistics: their consistency cannot be
+checked on masked data (that needs zero-knowledge proofs, out of scope). The server decodes
+the sum (:func:`pooled_from_sum`) and publishes the posterior given it, on the feature block and
+noise variance of largest evidence, without offsets (there is one summed "participant").
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from optuna_fedbo.core.pooling import block_sizes
+from optuna_fedbo.core.pooling import pack_blocks
+from optuna_fedbo.core.pooling import select_posterior
+from optuna_fedbo.core.pooling import unpack_blocks
+from optuna_fedbo.core.posterior import SufficientStatistics
+from optuna_fedbo.federation.fts.influence import bounded
+from optuna_fedbo.federation.fts.messages import encode_broadcast
+from optuna_fedbo.federation.secagg.participant import Driver
+from optuna_fedbo.federation.secagg.server import SecAggCoordinator
+from optuna_fedbo.federation.server import RoundReport
+
+
+def _standardized(statistics: SufficientStatistics, cap: int) -> SufficientStatistics:
+    """``statistics`` of the participant's own standardized values, weighed down to ``cap``
+    observations."""
+    n = statistics.count
+    mean = statistics.target_sum / n
+    variance = max(statistics.target_square_sum / n - mean * mean, 0.0)
+    spread = math.sqrt(variance) if variance > 1e-24 * max(1.0, mean * mean) else 1.0
+    weight = min(1.0, cap / n)
+    out = SufficientStatistics(statistics.n_features)
+    out.count = weight * n  # type: ignore[assignment]
+    out.target_sum = 0.0
+    out.target_square_sum = weight * n * variance / spread**2
+    out.feature_sum = weight * statistics.feature_sum
+    out.feature_target = weight * (statistics.feature_target - mean * statistics.feature_sum)
+    out.feature_target /= spread
+    out.gram = weight * statistics.gram
+    return out
+
+
+def secure_input(omega: np.ndarray, n_features: int, cap: int) -> np.ndarray:
+    """A participant's input to secure aggregation from its packed statistics ``omega``: its
+    own values standardized, its weight capped at ``cap`` observations, clipped to ``cap``.
+
+    Raises:
+        ValueError: If ``omega`` is not consistent statistics (:func:`unpack_blocks`).
+    """
+    blocks = unpack_blocks(omega, n_features)
+    packed = pack_blocks([_standardized(block, cap) for block in blocks])
+    return np.clip(packed, -float(cap), float(cap))
+
+
+def pooled_from_sum(
+    values: np.ndarray, n_features: int, round_index: int
+) -> tuple[np.ndarray, int]:
+    """The broadcast vectors (one row) and feature block of the posterior given the summed
+    statistics, its norm bounded as every pooled broadcast's is."""
+    blocks = unpack_blocks(np.asarray(values, dtype=float), n_features, strict=False)
+    block, mean = select_posterior([blocks], offset_scales=(0.0,))
+    size = block_sizes(n_features)[block]
+    return bounded(mean[None, :], size, round_index), block
+
+
+# ------------------------------------------------------------------------- participant side
+def driver_of(channel: Any) -> Driver:
+    """The channel's participant driver (one per process and federation)."""
+    driver = getattr(channel, "_secagg_driver", None)
+    if driver is None:
+        driver = channel._secagg_driver = Driver()
+    return driver
+
+
+def secure_upload(channel: Any, client_id: str, omega: np.ndarray, n_observations: int) -> int:
+    """``FTSChannel.upload`` under secure aggregation: offer the participant's input to the open
+    round's protocol (in round 0 once its initial design is complete) and take it as far as the
+    server allows; the rest happens while it waits or in the background (:class:`Driver`).
+
+    Returns:
+        The open round.
+    """
+    federation = channel.federation
+    round_index = federation.open_round()
+    config = federation.secure_aggregation
+    if round_index > 0 or n_observations >= channel.config.n_init:
+        driver = driver_of(channel)
+        participant = driver.participant(federation, client_id)
+        participant.offer(secure_input(omega, channel.config.n_features, config.max_observations))
+        participant.poll()
+        driver.kick()
+    return round_index
+
+
+def secure_poll(channel: Any) -> None:
+    """Advance this process's participants (called while waiting for a broadcast)."""
+    driver = getattr(channel, "_secagg_driver", None)
+    if driver is not None:
+        driver.poll()
+
+
+# ------------------------------------------------------------------------------ server side
+class SecureRounds:
+    """The FTS server's rounds under secure aggregation (``FTSServer.step`` delegates here).
+
+    Args:
+        server: The ``FTSServer``.
+    """
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self.coordinator = SecAggCoordinator(
+            server.federation,
+            open_upload=server._open_upload,
+            min_uploads=server._min_uploads,
+            round_timeout=server.current_round_timeout,
+        )
+
+    def step(self, force: bool) -> RoundReport | None:
+        """Advance the open round's protocol; publish the posterior given the sum once it is
+        unmasked (a report with ``published=False`` when an attempt fails)."""
+        from optuna_fedbo.federation.fts.server import _Staged
+
+        server = self.server
+        round_index = server.open_round
+        outcome = self.coordinator.step(round_index, force=force)
+        if outcome is None:
+            return None
+        if outcome.result is None:
+            return RoundReport(
+                round_index,
+                0,
+                (),
+                outcome.rejected,
+                "secagg-failed",
+                time.time(),
+                published=False,
+            )
+        fts = server._fts
+        vectors, block = pooled_from_sum(outcome.result.values, fts.n_features, round_index)
+        survivors = outcome.result.survivors
+        payload = encode_broadcast(
+            round_index=round_index,
+            aggregation="pooled",
+            vectors=vectors,
+            n_contributors=len(survivors),
+            config_hash=server.federation.config_hash,
+            feature_block=block,
+        )
+        signed = server._sign(round_index, payload)
+        server._ensure_current()
+        trial_id = server._store.stage_broadcast(round_index, signed)
+        server._staged = _Staged(
+            trial_id,
+            round_index,
+            len(survivors),
+            survivors,
+            outcome.rejected,
+            outcome.reason,
+            payload,
+        )
+        return replace(server._publish(), n_recovered=len(outcome.result.recovered))
+
+
+__all__ = ["SecureRounds", "pooled_from_sum", "secure_input", "secure_poll", "secure_upload"]

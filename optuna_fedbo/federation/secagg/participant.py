@@ -1,0 +1,263 @@
+"""A participant's side of secure aggregation over the storage relay.
+
+The protocol's input is the participant's newest one (:meth:`SecAggParticipant.offer`, called
+for every upload); :meth:`SecAggParticipant.poll` takes it through the open round's protocol as
+far as the server's records allow: it advertises its keys once the server has published the
+attempt's setup (and it has a fresh input), then answers each record (key directory, share
+bundle, survivor list, unmask request) with its message, sealed to the server and signed as an
+upload. It masks the newest input it has when the share bundle arrives; an input offered later
+goes to the next round. A record that does not verify, or a step the protocol refuses, ends the
+participant's part in that attempt (logged once): the round then goes on without it, or
+starts over.
+
+:class:`Driver` polls a process's participants in a background thread while any has work
+left, so that asynchronous participants (which never wait for a broadcast) still answer each
+step between their trials.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import optuna
+
+from optuna_fedbo.core.secagg.client import SecAggClient
+from optuna_fedbo.core.secagg.messages import KeyDirectory
+from optuna_fedbo.core.secagg.messages import Message
+from optuna_fedbo.core.secagg.messages import MessageRejected
+from optuna_fedbo.core.secagg.messages import ShareBundle
+from optuna_fedbo.core.secagg.messages import SurvivorList
+from optuna_fedbo.core.secagg.messages import UnmaskRequest
+from optuna_fedbo.core.secagg.ring import encode
+from optuna_fedbo.core.secagg.setup import RoundSetup
+from optuna_fedbo.federation._openings import opening_for
+from optuna_fedbo.federation.secagg.relay import checked_setup
+from optuna_fedbo.federation.secagg.relay import message_key
+from optuna_fedbo.federation.secagg.relay import message_plaintext
+from optuna_fedbo.federation.secagg.relay import parse_key
+from optuna_fedbo.federation.secagg.relay import PEER_PURPOSE
+from optuna_fedbo.federation.secagg.relay import peer_verifier
+from optuna_fedbo.federation.secagg.relay import record_key
+from optuna_fedbo.federation.secagg.relay import Relay
+from optuna_fedbo.federation.secagg.relay import verify_record
+from optuna_fedbo.federation.trust import MAX_UPLOAD_CHARS
+from optuna_fedbo.federation.trust import UntrustedRecordError
+
+_logger = optuna.logging.get_logger(__name__)
+
+#: The client's next step -> (the server record it answers, the step its message belongs to).
+_ANSWER = {
+    "share_keys": ("keys", "shares", KeyDirectory),
+    "mask_input": ("bundle", "masked", ShareBundle),
+    "sign_survivors": ("survivors", "consistency", SurvivorList),
+    "unmask": ("unmask", "unmask", UnmaskRequest),
+}
+
+
+class SecAggParticipant:
+    """One participant's secure aggregation in this process.
+
+    Args:
+        federation: The federation (with secure aggregation).
+        client_id: The participant (enrolled, its key on this machine).
+    """
+
+    def __init__(self, federation: Any, client_id: str) -> None:
+        self.federation = federation
+        self.client_id = client_id
+        self._relay = Relay(federation.store)
+        self._lock = threading.RLock()
+        self._input: np.ndarray | None = None
+        self._fresh = False
+        self._attempt: tuple[int, int] | None = None  # (round, attempt) it takes part in
+        self._client: SecAggClient | None = None
+        self._counter = 0
+        self._said: set[str] = set()
+        #: ``(round, attempt)`` of each masked input this participant sent (newest last).
+        self.masked_rounds: list[tuple[int, int]] = []
+
+    def offer(self, vector: np.ndarray) -> None:
+        """Make ``vector`` (the protocol's input, not yet encoded) the one to mask next."""
+        with self._lock:
+            self._input = np.array(vector, dtype=float)
+            self._fresh = True
+
+    @property
+    def busy(self) -> bool:
+        """Whether it has an input not yet masked or an attempt under way."""
+        with self._lock:
+            client = self._client
+            return self._fresh or (client is not None and client.step != "done")
+
+    def poll(self) -> bool:
+        """Advance through the open round's protocol as far as the server's records allow.
+
+        Returns:
+            :attr:`busy` afterwards.
+        """
+        with self._lock:
+            try:
+                self._advance()
+            except KeyError:
+                self._client = None  # the round closed under it: its input goes to the next
+            except (MessageRejected, UntrustedRecordError) as error:
+                self._say(
+                    f"{self.client_id}: secure aggregation round {self._where()}: {error}; it "
+                    "takes no further part in this attempt.",
+                    warning=True,
+                )
+                self._client = None
+            return self.busy
+
+    def _where(self) -> str:
+        return "?" if self._attempt is None else f"{self._attempt[0]} attempt {self._attempt[1]}"
+
+    def _say(self, message: str, *, warning: bool = False) -> None:
+        if message in self._said:
+            return
+        self._said.add(message)
+        (_logger.warning if warning else _logger.info)(message)
+
+    def _advance(self) -> None:
+        round_index = self.federation.open_round()
+        entries = self._relay.entries(round_index)
+        setups = [
+            parsed[0]
+            for parsed in map(parse_key, entries)
+            if parsed is not None and parsed[1] == "setup"
+        ]
+        if not setups:
+            return
+        attempt = max(setups)
+        if self._attempt != (round_index, attempt):
+            self._client = None
+            if not self._join(round_index, attempt, entries):
+                return
+        client = self._client
+        while client is not None and client.step in _ANSWER:
+            kind, step, message_type = _ANSWER[client.step]
+            recipient = self.client_id if kind == "bundle" else None
+            text = entries.get(record_key(attempt, kind, recipient))
+            if text is None:
+                if kind == "bundle" and record_key(attempt, "survivors") in entries:
+                    self._say(
+                        f"{self.client_id}: round {round_index} attempt {attempt} went on "
+                        "without its shares (too slow); its input goes to the next attempt."
+                    )
+                    self._client = None
+                return
+            body = verify_record(self.federation.trust, kind, text, round_index, attempt)
+            request = message_type.from_dict(body.get("message"))
+            if step == "masked":
+                assert self._input is not None
+                encoded = encode(self._input, client.setup.ring)
+                self._send(round_index, attempt, step, client.mask_input(request, encoded))
+                self._fresh = False
+                self.masked_rounds.append((round_index, attempt))
+            else:
+                answer: Callable[[Any], Message] = getattr(client, client.step)
+                self._send(round_index, attempt, step, answer(request))
+
+    def _join(self, round_index: int, attempt: int, entries: dict[str, Any]) -> bool:
+        """Start the attempt (advertise keys) if this participant is in it with a fresh input."""
+        if not self._fresh:
+            return False
+        text = entries[record_key(attempt, "setup")]
+        body = verify_record(self.federation.trust, "setup", text, round_index, attempt)
+        setup: RoundSetup = checked_setup(self.federation, body)
+        self._attempt = (round_index, attempt)
+        if self.client_id not in setup.participants:
+            self._say(
+                f"{self.client_id}: not among the participants of round {round_index} attempt "
+                f"{attempt} (it enrolled after the attempt started); it takes part in the next."
+            )
+            return False
+        key = self.federation._participant_key(self.client_id)
+        self._client = SecAggClient(
+            setup,
+            self.client_id,
+            sign=lambda message: key.sign(PEER_PURPOSE, message),
+            verify=peer_verifier(self.federation),
+        )
+        self._send(round_index, attempt, "keys", self._client.advertise())
+        return True
+
+    def _send(self, round_index: int, attempt: int, step: str, message: Message) -> None:
+        """Seal ``message`` to the server, sign it as this participant's upload, write it."""
+        federation = self.federation
+        key = federation._participant_key(self.client_id)
+        opening = opening_for(federation.store, round_index)
+        self._counter = max(self._counter + 1, time.time_ns())
+        sealed = federation.trust.seal_upload(
+            key, round_index, self._counter, message_plaintext(attempt, step, message), opening
+        )
+        if len(sealed) > MAX_UPLOAD_CHARS:
+            raise ValueError(
+                f"The {step} message of {self.client_id!r} has {len(sealed):,} characters "
+                f"sealed, over the bound of {MAX_UPLOAD_CHARS:,}."
+            )
+        self._relay.write(round_index, message_key(attempt, step, self.client_id), sealed)
+
+
+class Driver:
+    """Polls a process's participants in a daemon thread while any of them is busy.
+
+    Args:
+        interval: Seconds between polls.
+        background: Poll in a thread (``False``: only when the caller polls, e.g. in tests).
+    """
+
+    def __init__(self, interval: float = 0.2, background: bool = True) -> None:
+        self.interval = interval
+        self.background = background
+        self._participants: dict[str, SecAggParticipant] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def participant(self, federation: Any, client_id: str) -> SecAggParticipant:
+        """The participant's driver (made on first use)."""
+        with self._lock:
+            if client_id not in self._participants:
+                self._participants[client_id] = SecAggParticipant(federation, client_id)
+            return self._participants[client_id]
+
+    def poll(self) -> bool:
+        """Poll every participant once; whether any is still busy."""
+        with self._lock:
+            participants = list(self._participants.values())
+        busy = False
+        for participant in participants:
+            busy |= participant.poll()
+        return busy
+
+    def kick(self) -> None:
+        """Start the polling thread unless it runs (or polling in the background is off)."""
+        if not self.background:
+            return
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._thread = threading.Thread(
+                target=self._run, name="optuna-fedbo-secagg", daemon=True
+            )
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                busy = self.poll()
+            except Exception:
+                _logger.debug("Secure aggregation poll failed; retrying.", exc_info=True)
+                busy = True
+            if not busy:
+                with self._lock:
+                    self._thread = None
+                return
+            time.sleep(self.interval)
+
+
+__all__ = ["Driver", "SecAggParticipant"]

@@ -1,0 +1,233 @@
+"""Where secure aggregation's messages live in the storage, and how they are sealed and signed.
+
+Everything of round ``r`` is a system attribute of round ``r``'s uploads study (discarded with
+it once the round is published), under keys ``secagg:{attempt}:...``; an *attempt* is one run of
+the protocol for the round (a round whose attempt fails, or whose server restarts, starts over
+with the next attempt):
+
+* ``secagg:{a}:setup``, ``secagg:{a}:keys``, ``secagg:{a}:bundle:{participant}``,
+  ``secagg:{a}:survivors``, ``secagg:{a}:unmask`` and ``secagg:{a}:failed``: the server's
+  records, signed by it (``Trust.sign``, one purpose per kind) and bound to the round and
+  attempt; a participant verifies each against the configuration's server key.
+* ``secagg:{a}:msg:{step}:{participant}``: a participant's message of a step, sealed to the
+  server and signed by the participant's enrolled key exactly as an upload is
+  (``Trust.seal_upload``: bound to the federation, configuration, round, counter and the
+  round's opening), its plaintext bound to the attempt and step.
+
+The protocol's own messages are, in addition, bound to the attempt's setup digest
+(:class:`~optuna_fedbo.core.secagg.RoundSetup`), so one copied from another round, attempt or
+federation is refused by the protocol as well as by its envelope.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from optuna_fedbo.core.secagg.messages import Message
+from optuna_fedbo.core.secagg.messages import message_from_dict
+from optuna_fedbo.core.secagg.messages import MessageRejected
+from optuna_fedbo.core.secagg.setup import RoundSetup
+from optuna_fedbo.federation._codec import canonical_json
+from optuna_fedbo.federation.keys import verify_signature
+from optuna_fedbo.federation.store import FederationStore
+
+PREFIX = "secagg:"
+#: The server's records, in the order the protocol publishes them.
+RECORDS = ("setup", "keys", "bundle", "survivors", "unmask")
+#: The participants' steps (as the server names them) and the record each one answers.
+STEPS = ("keys", "shares", "masked", "consistency", "unmask")
+ANSWERS = dict(zip(STEPS, RECORDS))
+#: Signature purpose of the participants' signatures for their peers (advertised keys, the
+#: survivor list): separate from every other use of the enrolled key.
+PEER_PURPOSE = "secagg-peer"
+
+
+def record_key(attempt: int, kind: str, recipient: str | None = None) -> str:
+    suffix = "" if recipient is None else f":{recipient}"
+    return f"{PREFIX}{attempt}:{kind}{suffix}"
+
+
+def message_key(attempt: int, step: str, client_id: str) -> str:
+    return f"{PREFIX}{attempt}:msg:{step}:{client_id}"
+
+
+def parse_key(key: str) -> tuple[int, str, str | None] | None:
+    """``(attempt, kind, participant or None)`` of a ``secagg:`` key (kind ``msg:{step}`` for a
+    participant's message), or ``None`` for another key."""
+    if not key.startswith(PREFIX):
+        return None
+    parts = key[len(PREFIX) :].split(":", 3)
+    if len(parts) < 2 or not parts[0].isdigit():
+        return None
+    attempt = int(parts[0])
+    if parts[1] == "msg" and len(parts) == 4:
+        return attempt, f"msg:{parts[2]}", parts[3]
+    return attempt, parts[1], ":".join(parts[2:]) or None
+
+
+class Relay:
+    """Reads and writes one federation's secure-aggregation entries.
+
+    Args:
+        store: The federation's store.
+    """
+
+    def __init__(self, store: FederationStore) -> None:
+        self.store = store
+
+    def _study_id(self, round_index: int) -> int:
+        return self.store.storage.get_study_id_from_name(
+            self.store.uploads_study_name(round_index)
+        )
+
+    def entries(self, round_index: int) -> dict[str, Any]:
+        """Every ``secagg:`` entry of a round (empty once its uploads study is gone)."""
+        try:
+            attrs = self.store.storage.get_study_system_attrs(self._study_id(round_index))
+        except KeyError:
+            return {}
+        return {k: v for k, v in attrs.items() if k.startswith(PREFIX)}
+
+    def write(self, round_index: int, key: str, value: str) -> None:
+        """Write an entry of the round.
+
+        Raises:
+            KeyError: If the round's uploads study is gone (the round closed).
+        """
+        self.store.storage.set_study_system_attr(self._study_id(round_index), key, value)
+
+    def newest_attempt(self, entries: dict[str, Any]) -> int:
+        """The highest attempt with any entry (-1: none)."""
+        found = [parsed[0] for parsed in map(parse_key, entries) if parsed is not None]
+        return max(found, default=-1)
+
+
+def record_body(round_index: int, attempt: int, content: dict[str, Any]) -> dict[str, Any]:
+    """The body of a server record: the round and attempt, and its content."""
+    return {"round": int(round_index), "attempt": int(attempt), **content}
+
+
+def verify_record(
+    trust: Any, kind: str, text: Any, round_index: int, attempt: int
+) -> dict[str, Any]:
+    """The content of a server record of ``kind`` for the round and attempt.
+
+    Raises:
+        UntrustedRecordError: If it is not signed by the server for that purpose.
+        MessageRejected: If it is bound to another round or attempt.
+    """
+    body = trust.verify(f"secagg-{kind}", text)
+    if body.get("round") != round_index or body.get("attempt") != attempt:
+        raise MessageRejected(
+            f"the server's {kind} record is bound to round {body.get('round')!r} attempt "
+            f"{body.get('attempt')!r}, not round {round_index} attempt {attempt}"
+        )
+    return body
+
+
+def message_plaintext(attempt: int, step: str, message: Message) -> str:
+    """A participant message's plaintext (sealed to the server as an upload)."""
+    return canonical_json({"attempt": attempt, "step": step, "message": message.to_dict()})
+
+
+def parse_message(plaintext: str, attempt: int, step: str, client_id: str) -> Message:
+    """The protocol message of an opened upload found under ``client_id``'s key of a step.
+
+    Raises:
+        MessageRejected: If it is malformed, of another attempt or step, or names another
+            sender.
+    """
+    try:
+        record = json.loads(plaintext)
+    except ValueError:
+        raise MessageRejected("malformed secure-aggregation message") from None
+    if not isinstance(record, dict) or set(record) != {"attempt", "step", "message"}:
+        raise MessageRejected("malformed secure-aggregation message")
+    if record["attempt"] != attempt or record["step"] != step:
+        raise MessageRejected(
+            f"a message of attempt {record['attempt']!r} step {record['step']!r} found under "
+            f"attempt {attempt} step {step!r} (a copy)"
+        )
+    message = message_from_dict(record["message"])
+    if getattr(message, "sender", None) != client_id:
+        raise MessageRejected(
+            f"written under {client_id!r} but sent by {getattr(message, 'sender', None)!r}"
+        )
+    return message
+
+
+def round_setup(
+    federation: Any, round_index: int, attempt: int, participants: tuple[str, ...]
+) -> RoundSetup:
+    """The setup of an attempt: its participants, and the federation's threshold, ring and
+    graph (every party derives these from the signed configuration, never from the server).
+
+    Raises:
+        ValueError: If the participants are fewer than the threshold.
+    """
+    config = federation.secure_aggregation
+    dimension = federation.protocol.check_secure_aggregation(federation.privacy)
+    return RoundSetup(
+        federation_id=f"{federation.federation_id}:{federation.config_hash[:16]}:{attempt}",
+        round_index=round_index,
+        participants=participants,
+        threshold=config.threshold,
+        ring=config.ring(federation.n_clients, dimension),
+        degree=config.degree,
+    )
+
+
+def checked_setup(federation: Any, body: dict[str, Any]) -> RoundSetup:
+    """The setup a participant accepts from a verified ``setup`` record: exactly the one the
+    configuration gives for its round, attempt and participants (enrolled ones only), so that a
+    server cannot lower the threshold, widen the ring or pick the graph.
+
+    Raises:
+        MessageRejected: If it is not.
+    """
+    try:
+        stored = RoundSetup.from_dict(body.get("setup"))
+        enrolled = set(federation.participants())
+        if not set(stored.participants) <= enrolled:
+            raise ValueError("it names participants that are not enrolled")
+        expected = round_setup(federation, body["round"], body["attempt"], stored.participants)
+    except (TypeError, ValueError) as error:
+        raise MessageRejected(f"the round's setup is not acceptable ({error})") from None
+    if stored != expected:
+        raise MessageRejected(
+            "the round's setup differs from the one the configuration gives (threshold, ring, "
+            "graph or binding)"
+        )
+    return expected
+
+
+def peer_verifier(federation: Any) -> Any:
+    """``verify(participant, message, signature)`` against the participants' enrolled keys."""
+
+    def verify(participant: str, message: bytes, signature: bytes) -> bool:
+        public_key = federation.public_key_of(participant)
+        return public_key is not None and verify_signature(
+            public_key, federation.federation_id, PEER_PURPOSE, message, signature
+        )
+
+    return verify
+
+
+__all__ = [
+    "ANSWERS",
+    "PEER_PURPOSE",
+    "RECORDS",
+    "Relay",
+    "STEPS",
+    "checked_setup",
+    "message_key",
+    "message_plaintext",
+    "parse_key",
+    "parse_message",
+    "peer_verifier",
+    "record_body",
+    "record_key",
+    "round_setup",
+    "verify_record",
+]
