@@ -7,6 +7,10 @@ by no longer polling a participant from a given step on.
 
 from __future__ import annotations
 
+from dataclasses import replace
+import logging
+import time
+
 import numpy as np
 import optuna
 from optuna.distributions import FloatDistribution
@@ -16,6 +20,7 @@ import optuna_fedbo as fb
 from optuna_fedbo.core.pooling import pack_blocks
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.core.rff import RandomFourierFeatures
+from optuna_fedbo.core.secagg.ring import encode
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
@@ -23,7 +28,15 @@ from optuna_fedbo.federation.fts import secure
 from optuna_fedbo.federation.fts.secure import driver_of
 from optuna_fedbo.federation.fts.secure import pooled_from_sum
 from optuna_fedbo.federation.fts.secure import secure_input
+from optuna_fedbo.federation.keys import ParticipantKey
+from optuna_fedbo.federation.secagg.relay import message_key
+from optuna_fedbo.federation.secagg.relay import parse_key
+from optuna_fedbo.federation.secagg.relay import parse_message
+from optuna_fedbo.federation.secagg.relay import record_body
+from optuna_fedbo.federation.secagg.relay import record_key
 from optuna_fedbo.federation.secagg.relay import Relay
+from optuna_fedbo.federation.secagg.relay import round_setup
+from optuna_fedbo.federation.secagg.relay import verify_record
 
 SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
 M = 6
@@ -140,3 +153,198 @@ def test_read_upload_raises_there_is_no_single_upload() -> None:
     _Round(fed, None).upload(["c0"])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="no single upload to read"):
         fed.read_upload(0, "c0")
+
+
+def _masked(fed: Federation, round_index: int) -> dict[str, np.ndarray]:
+    """What a spy with the server's private keys and the storage reads: each masked input."""
+    entries = Relay(fed.store).entries(round_index)
+    found = {}
+    for key, text in entries.items():
+        parsed = parse_key(key)
+        if parsed is None or parsed[1] != "msg:masked":
+            continue
+        client = parsed[2]
+        _, plaintext = fed.trust.open_upload(
+            text, client_id=client, public_key=fed.public_key_of(client), round_index=round_index
+        )
+        found[client] = parse_message(plaintext, parsed[0], "masked", client).masked
+    return found
+
+
+def _uniform_p_value(elements: np.ndarray, bits: int) -> float:
+    """Chi-square p-value of the top 4 bits of ring elements against the uniform distribution."""
+    from scipy.stats import chisquare
+
+    bins = np.bincount((elements >> np.uint64(bits - 4)).astype(int), minlength=16)
+    return float(chisquare(bins).pvalue)
+
+
+def test_a_spy_with_the_server_keys_and_the_storage_sees_uniform_masked_uploads() -> None:
+    fed = _federation()
+    server = FederationServer(fed, discard_uploads=False)
+    driven = _Round(fed, server)
+    clients = [f"c{i}" for i in range(4)]
+    bits = fed.secure_aggregation.ring(4, fed.fts.upload_length).bits
+    p_values, plain_p_values = [], []
+    for round_index in range(3):  # three rounds: fresh masks each time
+        inputs = driven.upload(clients)
+        report = driven.run()
+        assert report is not None and report.published and report.round == round_index
+        masked = _masked(fed, round_index)
+        assert sorted(masked) == clients
+        for client in clients:
+            p_values.append(_uniform_p_value(masked[client], bits))
+            encoded = encode(inputs[client], fed.secure_aggregation.ring(4, len(inputs[client])))
+            plain_p_values.append(_uniform_p_value(encoded, bits))
+    # 12 masked vectors of 21,000+ elements each: uniform (a Bonferroni bound at 1e-3 overall).
+    assert min(p_values) > 1e-3 / len(p_values)
+    # The same test tells the unmasked inputs apart at once: it has the power to see them.
+    assert max(plain_p_values) < 1e-12
+
+
+@pytest.mark.parametrize(
+    ("answered", "survivors", "recovered"),
+    [(1, 3, 0), (2, 3, 1), (3, 4, 0)],
+    ids=["after-keys", "after-shares", "after-masked-input"],
+)
+def test_a_dropout_at_each_step_still_publishes_the_right_sum(
+    capture_sum, answered, survivors, recovered
+) -> None:
+    fed = _federation()
+    server = FederationServer(fed)
+    driven = _Round(fed, server)
+    inputs = driven.upload([f"c{i}" for i in range(4)])
+    report = driven.run(drop_after={"c3": answered})
+    assert report is not None and report.published
+    assert report.n_contributors == survivors and report.n_recovered == recovered
+    counted = [f"c{i}" for i in range(survivors)]
+    plain = sum(inputs[c] for c in counted)
+    step = fed.secure_aggregation.step
+    assert np.max(np.abs(capture_sum[0] - plain)) <= len(counted) * step / 2 + 1e-9
+
+
+def test_fewer_than_t_survivors_publish_nothing_and_say_so(caplog) -> None:
+    fed = _federation()
+    server = FederationServer(fed)
+    driven = _Round(fed, server)
+    driven.upload([f"c{i}" for i in range(4)])
+    with caplog.at_level(logging.WARNING):
+        report = driven.run(drop_after={"c2": 1, "c3": 1})
+    assert report is not None and not report.published and report.reason == "secagg-failed"
+    assert "only 2 participants shared keys (at least 3 needed)" in caplog.text
+    assert "nothing is published" in caplog.text
+    assert fed.latest_broadcast() is None
+    assert driven.run(drop_after={"c2": 1, "c3": 1}) is None  # the next attempt waits for t
+    assert fed.latest_broadcast() is None and fed.open_round() == 0
+
+
+# ----------------------------------------------------------------------- forged messages
+def _coordinator(server: FederationServer):
+    return server._secure.coordinator  # type: ignore[attr-defined]
+
+
+def _advance_to(driven: _Round, step: str, polls: int = 10) -> None:
+    """Poll and step until the server's attempt collects ``step`` (participants not yet)."""
+    for _ in range(polls):
+        driven.server.step()
+        attempt = _coordinator(driven.server).attempt
+        if attempt is not None and attempt.server.step == step:
+            return
+        for participant in driven.driver._participants.values():
+            participant.poll()
+    raise AssertionError(f"never reached step {step!r}")
+
+
+def test_a_forged_message_is_refused_and_the_round_goes_on_without_it() -> None:
+    fed = _federation()
+    server = FederationServer(fed, round_timeout=0.0)
+    driven = _Round(fed, server)
+    driven.upload([f"c{i}" for i in range(4)])
+    _advance_to(driven, "keys")
+    for participant in driven.driver._participants.values():
+        participant.poll()  # everyone advertises keys
+    # Someone with the storage but not c1's key writes a message in c1's name.
+    impostor = ParticipantKey.generate(fed.federation_id, "c1", fed.fingerprint)
+    own = Relay(fed.store).entries(0)[message_key(0, "keys", "c1")]
+    _, plaintext = fed.trust.open_upload(
+        own, client_id="c1", public_key=fed.public_key_of("c1"), round_index=0
+    )
+    forged = fed.trust.seal_upload(impostor, 0, time.time_ns(), plaintext, "")
+    Relay(fed.store).write(0, message_key(0, "keys", "c1"), forged)
+    report = driven.run()
+    assert report is not None and report.published and report.n_contributors == 3
+    assert report.contributors == ("c0", "c2", "c3")
+    assert "not signed by the enrolled key" in dict(report.rejected)["c1"]
+
+
+def test_a_message_copied_from_another_round_is_refused() -> None:
+    fed = _federation()
+    server = FederationServer(fed, round_timeout=0.0, discard_uploads=False)
+    driven = _Round(fed, server)
+    clients = [f"c{i}" for i in range(4)]
+    driven.upload(clients)
+    assert driven.run().round == 0
+    old = Relay(fed.store).entries(0)[message_key(0, "keys", "c0")]
+    driven.upload(clients[1:])  # c0 sends nothing to round 1; a copy of its round-0 keys does
+    _advance_to(driven, "keys")
+    Relay(fed.store).write(1, message_key(0, "keys", "c0"), old)
+    report = driven.run()
+    assert report is not None and report.round == 1 and report.contributors == ("c1", "c2", "c3")
+    assert "sent for round 0, found in round 1 (a copy)" in dict(report.rejected)["c0"]
+
+
+def test_a_message_replayed_into_a_later_attempt_is_refused(caplog) -> None:
+    fed = _federation()
+    server = FederationServer(fed, round_timeout=0.0)
+    driven = _Round(fed, server)
+    driven.upload([f"c{i}" for i in range(4)])
+    report = driven.run(drop_after={"c2": 1, "c3": 1})  # attempt 0 fails
+    assert report is not None and not report.published
+    old = Relay(fed.store).entries(0)[message_key(0, "keys", "c3")]
+    server.step()  # attempt 1's setup
+    Relay(fed.store).write(0, message_key(1, "keys", "c3"), old)
+    with caplog.at_level(logging.WARNING):
+        server.step()
+    assert "a message of attempt 0 step 'keys' found under attempt 1" in caplog.text
+    attempt = _coordinator(server).attempt
+    assert attempt.attempt == 1 and "c3" in attempt.server.missing()
+
+
+# ------------------------------------------------------------------- a malicious server
+def _sign_record(fed: Federation, kind: str, round_index: int, attempt: int, content) -> str:
+    return fed.trust.sign(f"secagg-{kind}", record_body(round_index, attempt, content))
+
+
+def test_participants_refuse_a_setup_with_a_lower_threshold(caplog) -> None:
+    fed = _federation()
+    FederationServer(fed)
+    driven = _Round(fed, None)  # type: ignore[arg-type]
+    driven.upload([f"c{i}" for i in range(4)])
+    honest = round_setup(fed, 0, 0, ("c0", "c1", "c2"))
+    lowered = replace(honest, threshold=2)
+    text = _sign_record(fed, "setup", 0, 0, {"setup": lowered.to_dict()})
+    Relay(fed.store).write(0, record_key(0, "setup"), text)
+    with caplog.at_level(logging.WARNING):
+        for participant in driven.driver._participants.values():
+            participant.poll()
+    assert "the round's setup differs from the one the configuration gives" in caplog.text
+    assert not [k for k in Relay(fed.store).entries(0) if ":msg:" in k]  # nobody advertised
+
+
+def test_participants_refuse_to_reveal_both_shares_of_one_peer(caplog) -> None:
+    fed = _federation()
+    server = FederationServer(fed)
+    driven = _Round(fed, server)
+    driven.upload([f"c{i}" for i in range(4)])
+    _advance_to(driven, "unmask")
+    relay = Relay(fed.store)
+    honest = verify_record(fed.trust, "unmask", relay.entries(0)[record_key(0, "unmask")], 0, 0)
+    request = dict(honest["message"], dropped=["c3"])  # c3 survived: both its shares wanted
+    relay.write(
+        0, record_key(0, "unmask"), _sign_record(fed, "unmask", 0, 0, {"message": request})
+    )
+    with caplog.at_level(logging.WARNING):
+        for participant in driven.driver._participants.values():
+            participant.poll()
+    assert "asks for both shares of ['c3']: refused" in caplog.text
+    assert not [k for k in relay.entries(0) if ":msg:unmask:" in k]  # no share revealed
