@@ -8,6 +8,7 @@ by no longer polling a participant from a given step on.
 from __future__ import annotations
 
 from dataclasses import replace
+import json
 import logging
 import time
 
@@ -24,6 +25,7 @@ from optuna_fedbo.core.secagg.ring import encode
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
+from optuna_fedbo.federation.cli import main as cli_main
 from optuna_fedbo.federation.fts import secure
 from optuna_fedbo.federation.fts.secure import driver_of
 from optuna_fedbo.federation.fts.secure import pooled_from_sum
@@ -348,3 +350,116 @@ def test_participants_refuse_to_reveal_both_shares_of_one_peer(caplog) -> None:
             participant.poll()
     assert "asks for both shares of ['c3']: refused" in caplog.text
     assert not [k for k in relay.entries(0) if ":msg:unmask:" in k]  # no share revealed
+
+
+# ------------------------------------------------------------------------------ bad input
+@pytest.mark.parametrize(
+    ("n_clients", "protocol", "secagg", "message"),
+    [
+        (4, {}, {"threshold": 2}, "threshold 2 is not above N/2 = 2: use at least 3"),
+        (4, {}, {"threshold": 5}, "threshold 5 exceeds the 4 participants"),
+        (2, {}, {}, "at least 3 participants, got n_clients=2"),
+        (4, {}, {"max_observations": 10**9, "step": 1e-12}, "would wrap the ring"),
+        (4, {"aggregation": "weighted"}, {}, "sums the pooled statistics of the default"),
+        (4, {}, {"degree": 4}, "degree 4 must be below N = 4"),
+    ],
+)
+def test_creation_with_bad_secure_aggregation_fails_clearly_and_writes_nothing(
+    n_clients, protocol, secagg, message
+) -> None:
+    storage = optuna.storages.InMemoryStorage()
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Federation.create(
+            "bad",
+            search_space=SPACE,
+            n_clients=n_clients,
+            storage=storage,
+            protocol=FTSConfig(n_features=M, **protocol),
+            secure_aggregation=fb.SecureAggregation(**secagg),
+        )
+    assert storage.get_all_studies() == []
+
+
+def test_the_threshold_is_stored_resolved_and_the_configuration_round_trips() -> None:
+    fed = _federation()
+    assert fed.secure_aggregation.threshold == 3
+    loaded = Federation.load("secure", fed.storage)
+    assert loaded.secure_aggregation == fed.secure_aggregation
+    assert loaded.config_hash == fed.config_hash
+
+
+def test_the_server_waits_for_t_enrolled_participants(caplog) -> None:
+    fed = Federation.create(
+        "few",
+        search_space=SPACE,
+        n_clients=4,
+        protocol=FTSConfig(n_features=M, n_init=2),
+        secure_aggregation=fb.SecureAggregation(),
+    )
+    for c in ("c0", "c1"):
+        fed.join(c)
+    server = FederationServer(fed)
+    with caplog.at_level(logging.INFO):
+        assert server.step(force=True) is None
+    assert "round 0 waits for 3 enrolled participants" in caplog.text
+    assert fed.status().secure_aggregation["step"] == "setup"
+
+
+def test_a_participant_enrolled_after_the_attempt_began_waits_for_the_next(caplog) -> None:
+    fed = Federation.create(
+        "late",
+        search_space=SPACE,
+        n_clients=4,
+        protocol=FTSConfig(n_features=M, n_init=2),
+        secure_aggregation=fb.SecureAggregation(step_timeout=0.0),
+    )
+    for c in ("c0", "c1", "c2"):
+        fed.join(c)
+    driver_of(fed.channel).background = False
+    server = FederationServer(fed, round_timeout=0.0)
+    driven = _Round(fed, server)
+    server.step()  # the setup names c0, c1, c2
+    fed.join("c3")
+    with caplog.at_level(logging.INFO):
+        driven.upload([f"c{i}" for i in range(4)])
+    assert "c3: not among the participants of round 0 attempt 0" in caplog.text
+    report = driven.run()
+    assert report is not None and report.contributors == ("c0", "c1", "c2")
+
+
+def test_status_shows_the_step_and_who_is_missing() -> None:
+    fed = _federation()
+    server = FederationServer(fed)
+    driven = _Round(fed, server)
+    driven.upload([f"c{i}" for i in range(4)])
+    _advance_to(driven, "shares")
+    for c in ("c0", "c2"):
+        driven.driver._participants[c].poll()
+    status = fed.status()
+    assert status.secure_aggregation == {
+        "round": 0,
+        "attempt": 0,
+        "step": "shares",
+        "missing": ["c1", "c3"],
+        "answered": ["c0", "c2"],
+        "failed": None,
+    }
+    assert "round 0 attempt 0: sharing keys; 2 answered, missing c1, c3" in status.format()
+    assert status.to_dict()["secure_aggregation"]["step"] == "shares"
+
+
+def test_the_cli_creates_a_federation_with_secure_aggregation(tmp_path, capsys) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    space = json.dumps({"x": json.loads(optuna.distributions.distribution_to_json(SPACE["x"]))})
+    common = ["--storage", url, "--search-space", space, "--n-clients", "5"]
+    assert cli_main(["create", "--name", "a", *common, "--secure-aggregation"]) == 0
+    assert "secure aggregation: threshold 3 of 5, every pair" in capsys.readouterr().out
+    assert Federation.load("a", url).secure_aggregation.threshold == 3
+    options = '{"threshold": 4, "degree": 2}'
+    assert cli_main(["create", "--name", "b", *common, "--secure-aggregation", options]) == 0
+    assert Federation.load("b", url).secure_aggregation.degree == 2
+    assert (
+        cli_main(["create", "--name", "c", *common, "--secure-aggregation", '{"threshold": 2}'])
+        == 2
+    )
+    assert "not above N/2" in capsys.readouterr().err

@@ -48,11 +48,15 @@ from optuna.distributions import json_to_distribution
 
 from optuna_fedbo.federation import _serve_watch
 from optuna_fedbo.federation._serve_watch import DEFAULT_IDLE_TIMEOUT
+from optuna_fedbo.federation.cli_create import add_secure_aggregation
+from optuna_fedbo.federation.cli_create import describe_secure_aggregation
+from optuna_fedbo.federation.cli_create import privacy_argument
+from optuna_fedbo.federation.cli_create import read_json
+from optuna_fedbo.federation.cli_create import secure_aggregation_argument
 from optuna_fedbo.federation.cli_keys import add_key_commands
 from optuna_fedbo.federation.cli_keys import run_delete
 from optuna_fedbo.federation.cli_keys import run_list
 from optuna_fedbo.federation.config import ProtocolConfig
-from optuna_fedbo.federation.dp_config import DPConfig
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fts.config import FTSConfig
 from optuna_fedbo.federation.fts.presets import PRESETS
@@ -68,14 +72,6 @@ from optuna_fedbo.federation.server import RoundReport
 from optuna_fedbo.federation.store import ServerSupersededError
 from optuna_fedbo.federation.watermark import restore_ledger
 from optuna_fedbo.privacy._rng import refuse_insecure_noise_seed
-
-
-def _read_json(text: str) -> object:
-    """Parse JSON given inline or as ``@path``."""
-    if text.startswith("@"):
-        with open(text[1:], encoding="utf-8") as handle:
-            text = handle.read()
-    return json.loads(text)
 
 
 def _add_target(parser: argparse.ArgumentParser) -> None:
@@ -237,6 +233,7 @@ def _parser() -> argparse.ArgumentParser:
         help="The objective's direction; a site whose study has the other one is refused "
         "(default: not checked).",
     )
+    add_secure_aggregation(create)
 
     serve = commands.add_parser(
         "serve",
@@ -347,7 +344,7 @@ _DISTRIBUTION_EXAMPLE = (
 def _search_space(text: str) -> dict[str, BaseDistribution]:
     """Parse ``--search-space``: name -> Optuna distribution JSON, with one-line errors."""
     try:
-        record = _read_json(text)
+        record = read_json(text)
     except ValueError as error:
         raise ValueError(f"--search-space is not valid JSON ({error}).") from None
     if not isinstance(record, dict) or not record:
@@ -378,7 +375,7 @@ def _create(args: argparse.Namespace) -> int:
     protocol: ProtocolConfig
     protocol, preset_privacy = unpack(preset, None)
     if args.protocol:
-        overrides = _read_json(args.protocol)
+        overrides = read_json(args.protocol)
         if not isinstance(overrides, dict):
             raise ValueError("--protocol must be a JSON object.")
         if overrides.get("kind", protocol.kind) != protocol.kind:
@@ -392,10 +389,11 @@ def _create(args: argparse.Namespace) -> int:
         n_clients=args.n_clients,
         storage=args.storage,
         protocol=protocol,
-        privacy=_privacy_argument(args, preset_privacy),
+        privacy=privacy_argument(args, preset_privacy, PRIVACY_PRESETS),
         seed=args.seed,
         key_dir=args.key_dir,
         direction=args.direction,
+        secure_aggregation=secure_aggregation_argument(args),
     )
     print(f"created {federation.name} (config {federation.config_hash[:12]})")
     print(
@@ -409,27 +407,9 @@ def _create(args: argparse.Namespace) -> int:
             f"S {dp.clip_norm:g}, delta {dp.delta:.3g}, {dp.accountant} accountant"
             + ("" if dp.epsilon_budget is None else f", epsilon budget {dp.epsilon_budget:g}")
         )
+    if federation.secure_aggregation is not None:
+        print(describe_secure_aggregation(federation))
     return 0
-
-
-def _privacy_argument(args: argparse.Namespace, base: DPConfig | None) -> DPConfig | None:
-    """The privacy: ``--privacy-preset`` (else the ``--preset``'s), then ``--privacy``."""
-    if args.privacy_preset is None and not args.privacy:
-        return base
-    if args.privacy_preset:
-        fields = PRIVACY_PRESETS[args.privacy_preset]().to_dict()
-    else:
-        fields = {} if base is None else base.to_dict()
-    fields.pop("kind", None)
-    if args.privacy:
-        overrides = _read_json(args.privacy)
-        if not isinstance(overrides, dict):
-            raise ValueError("--privacy must be a JSON object of DPConfig fields.")
-        fields.update(overrides)
-    try:
-        return DPConfig(**fields)
-    except TypeError as error:
-        raise ValueError(f"--privacy: {error}") from None
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -450,9 +430,13 @@ def _serve(args: argparse.Namespace) -> int:
                 flush=True,
             )
             return
+        if report.reason == "secagg-failed":
+            print(f"round {report.round}: not published: too few survived", flush=True)
+            return
         print(
             f"round {report.round}: {report.n_contributors} contributors ({report.reason})"
             + (f", {len(report.rejected)} rejected" if report.rejected else "")
+            + (f", {report.n_recovered} dropouts recovered" if report.n_recovered else "")
             + ("" if report.n_clipped is None else f", {report.n_clipped} clipped")
             + (
                 ", none selected by subsampling: noise only"

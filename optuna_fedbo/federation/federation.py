@@ -49,6 +49,8 @@ from optuna_fedbo.federation.protocol import get_protocol
 from optuna_fedbo.federation.secagg.config import no_single_upload
 from optuna_fedbo.federation.secagg.config import SecureAggregation
 from optuna_fedbo.federation.secagg.config import stored_secure_aggregation
+from optuna_fedbo.federation.secagg.status import format_secagg
+from optuna_fedbo.federation.secagg.status import secagg_status
 from optuna_fedbo.federation.store import check_client_id
 from optuna_fedbo.federation.store import FederationNotFoundError
 from optuna_fedbo.federation.store import FederationStore
@@ -117,6 +119,8 @@ class FederationStatus:
         server: The server's last heartbeat record, if any.
         privacy: The privacy ledger's summary (``PrivacyLedger.summary``); ``None`` without
             differential privacy.
+        secure_aggregation: With secure aggregation, the open round's step and who is missing
+            (:func:`~optuna_fedbo.federation.secagg.status.secagg_status`).
     """
 
     name: str
@@ -128,6 +132,7 @@ class FederationStatus:
     missing: tuple[str, ...]
     server: dict[str, Any] | None
     privacy: dict[str, Any] | None = None
+    secure_aggregation: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The status as a JSON object."""
@@ -142,6 +147,7 @@ class FederationStatus:
             "not_joined": self.n_clients - len(self.participants),
             "server": self.server,
             "privacy": self.privacy,
+            "secure_aggregation": self.secure_aggregation,
         }
 
     def format(self) -> str:
@@ -157,6 +163,8 @@ class FederationStatus:
         if not_joined:
             lines[-1] += f" (and {not_joined} not joined yet)"
         lines.append(format_server(self.server))
+        if self.secure_aggregation is not None:
+            lines.append(format_secagg(self.secure_aggregation))
         if self.privacy is not None:
             lines += format_summary(self.privacy)
         return "\n".join(lines)
@@ -862,6 +870,7 @@ class Federation:
             missing=missing,
             server=self._store.server_status(),
             privacy=None if self._privacy is None else self.privacy_ledger().summary(),
+            secure_aggregation=None if self.secure_aggregation is None else secagg_status(self),
         )
 
     # --------------------------------------------------------------------- lifecycle
