@@ -463,3 +463,27 @@ def test_the_cli_creates_a_federation_with_secure_aggregation(tmp_path, capsys) 
         == 2
     )
     assert "not above N/2" in capsys.readouterr().err
+
+
+def test_simulate_runs_the_default_sampler_under_secure_aggregation() -> None:
+    def objective(i: int):
+        def f(trial: optuna.Trial) -> float:
+            x, y = trial.suggest_float("x", 0, 1), trial.suggest_float("y", 0, 1)
+            return -((x - 0.3) ** 2 + (y - 0.7) ** 2) + 0.01 * i
+
+        return f
+
+    result = fb.simulate(
+        [objective(i) for i in range(3)],
+        search_space=SPACE,
+        n_rounds=2,
+        protocol=FTSConfig(n_features=M, n_init=2),
+        progress=False,
+        secure_aggregation=fb.SecureAggregation(),
+    )
+    assert [(r.round, r.n_contributors, r.published) for r in result.reports] == [
+        (0, 3, True),
+        (1, 3, True),
+    ]
+    modes = [t.system_attrs.get("fedbo:mode") for t in result.studies[0].trials]
+    assert modes[:2] == ["init", "init"] and set(modes[2:]) <= {"transfer", "own"}

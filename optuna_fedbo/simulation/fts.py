@@ -21,6 +21,8 @@ from optuna.trial import TrialState
 from optuna_fedbo.federation.config import ProtocolConfig
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fts.config import FTSConfig
+from optuna_fedbo.federation.fts.secure import close_in_turn
+from optuna_fedbo.federation.fts.secure import driver_of
 from optuna_fedbo.federation.preset import unpack
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
@@ -141,6 +143,7 @@ def simulate(
     quiet: bool = True,
     as_table: bool = False,
     insecure_noise_seed: int | None = None,
+    secure_aggregation: Any = None,
 ) -> SimulationResult | list[dict[str, Any]]:
     """Run ``N = len(objectives)`` participants and the server in lock-step rounds.
 
@@ -176,6 +179,8 @@ def simulate(
             keeps secret) so that a comparison can be rerun exactly. ``None`` (the default)
             draws them from the operating system's entropy, as a real federation does; the
             server, the samplers and the command line refuse this seed.
+        secure_aggregation: ``None`` or a :class:`~optuna_fedbo.SecureAggregation`: each round
+            then runs the whole protocol in turn (every participant answers every step).
 
     With a :class:`~optuna_fedbo.federation.fedpne.config.FedPNEConfig` protocol this runs
     :func:`~optuna_fedbo.simulation.fedpne.simulate_fedpne`: a round is a Fed-PNE
@@ -235,6 +240,7 @@ def simulate(
             progress=progress,
             as_table=as_table,
             insecure_noise_seed=insecure_noise_seed,
+            secure_aggregation=secure_aggregation,
         )
     finally:
         optuna.logging.set_verbosity(verbosity)
@@ -256,6 +262,7 @@ def _run(
     progress: bool,
     as_table: bool,
     insecure_noise_seed: int | None,
+    secure_aggregation: Any,
 ) -> SimulationResult | list[dict[str, Any]]:
     n_clients = len(objectives)
     federation = Federation.create(
@@ -266,7 +273,10 @@ def _run(
         protocol=protocol,
         privacy=privacy,
         seed=seed,
+        secure_aggregation=secure_aggregation,
     )
+    if secure_aggregation is not None:  # the participants answer in turn (close_in_turn)
+        driver_of(federation.channel).background = False
     server = FederationServer(federation)
     if insecure_noise_seed is not None and privacy is not None:
         _logger.warning(
@@ -305,7 +315,11 @@ def _run(
                 bar.update(1)
             if round_index == n_rounds:
                 break  # nobody would use this round's broadcast (see the docstring)
-            report = server.step(force=True)
+            report = (
+                server.step(force=True)
+                if secure_aggregation is None
+                else close_in_turn(federation, server)
+            )
             if report is None:
                 if server.budget_exhausted is None:
                     _logger.warning(

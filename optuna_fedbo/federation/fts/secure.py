@@ -121,6 +121,23 @@ def secure_poll(channel: Any) -> None:
         driver.poll()
 
 
+def close_in_turn(federation: Any, server: Any, max_steps: int = 12) -> RoundReport | None:
+    """Close the open round in one process (``simulate``): the participants of this process
+    answer each step in turn, the server closes it at once (``force``).
+
+    Returns:
+        The round's report, or ``None`` if no step could close.
+    """
+    driver = driver_of(federation.channel)
+    driver.background = False
+    for _ in range(max_steps):
+        driver.poll()
+        report = server.step(force=True)
+        if report is not None:
+            return report
+    return None
+
+
 # ------------------------------------------------------------------------------ server side
 class SecureRounds:
     """The FTS server's rounds under secure aggregation (``FTSServer.step`` delegates here).
@@ -184,4 +201,11 @@ class SecureRounds:
         return replace(server._publish(), n_recovered=len(outcome.result.recovered))
 
 
-__all__ = ["SecureRounds", "pooled_from_sum", "secure_input", "secure_poll", "secure_upload"]
+__all__ = [
+    "SecureRounds",
+    "close_in_turn",
+    "pooled_from_sum",
+    "secure_input",
+    "secure_poll",
+    "secure_upload",
+]
