@@ -14,6 +14,9 @@ budget of ``--trials`` trials. Side by side, on the same sites and seeds:
   dropped for the GP alone while it orders the latest trials worse than the GP alone does),
   run with
   :func:`~optuna_fedbo.simulation.simulate` in lock-step rounds;
+* ``fts-secagg``: ``fts`` under secure aggregation (:class:`~optuna_fedbo.SecureAggregation`:
+  the server learns only the sum of the sites' statistics, so each site standardizes its own
+  values and the server can neither offset nor weigh one site); not with DP;
 * ``fts-v1``: the first release's default (shared lengthscale 0.2, per-participant
   standardization, 10 uniform initial points, local TS / broadcast by the ``1 - 1/t``
   schedule), for reference.
@@ -73,6 +76,7 @@ from optuna_fedbo import LocalGPSampler
 from optuna_fedbo import RFFThompsonSampler
 from optuna_fedbo.federation import DPConfig
 from optuna_fedbo.federation import FTSConfig
+from optuna_fedbo.federation import SecureAggregation
 from optuna_fedbo.search_space import SearchSpaceEncoder
 from optuna_fedbo.simulation import simulate
 
@@ -327,6 +331,7 @@ def local_samplers(seed: int) -> dict[str, Callable[[], optuna.samplers.BaseSamp
 def federated_configs() -> dict[str, FTSConfig]:
     return {
         "fts": FTSConfig(),
+        "fts-secagg": FTSConfig(),
         "fts-v1": FTSConfig(
             aggregation="weighted",
             n_features=100,
@@ -386,6 +391,7 @@ def run_problem(
                 privacy=problem.privacy,
                 seed=seed,
                 progress=False,
+                secure_aggregation=SecureAggregation() if name == "fts-secagg" else None,
             )
             elapsed = time.perf_counter() - start
             facts[f"{name} s/site"] = elapsed / len(problem.objectives)
@@ -748,7 +754,8 @@ def main() -> None:
         problems = [(name, make) for name, make in problems if args.only in name]
     shard, n_shards = (int(k) for k in args.shard.split("/"))
     problems = problems[shard - 1 :: n_shards]
-    methods = [*stock_samplers(0), "local-gp", "local-ts", "fts", "fts-v1", "pooled-gp"]
+    methods = [*stock_samplers(0), "local-gp", "local-ts", "fts", "fts-secagg", "fts-v1"]
+    methods.append("pooled-gp")
     if args.methods:
         methods = [m for m in methods if m in args.methods.split(",")]
     checkpoints = [t for t in (5, 10, 20, 40) if t <= args.trials]
@@ -759,8 +766,9 @@ def main() -> None:
         for seed in range(n_seeds):
             problem = make(seed)
             used = methods
-            if problem.privacy is not None:  # fts-v1, local-ts and pooled-gp do not apply
-                used = [m for m in methods if m not in ("fts-v1", "local-ts", "pooled-gp")]
+            if problem.privacy is not None:  # these do not apply
+                skip = ("fts-v1", "fts-secagg", "local-ts", "pooled-gp")
+                used = [m for m in methods if m not in skip]
             curves, facts = run_problem(problem, args.trials, seed, used, args.stock_sites)
             per_seed.append(regrets(problem, curves))
             for k, v in facts.items():
