@@ -147,6 +147,9 @@ def test_a_round_over_sqlite_publishes_the_posterior_of_the_plain_sum(tmp_path, 
     assert broadcast.round == 0 and broadcast.feature_block == block
     np.testing.assert_allclose(broadcast.vectors, expected, atol=1e-4)
     assert broadcast.n_contributors == 4
+    # The round's entries and masked inputs are discarded with its uploads once it is published.
+    names = [s.study_name for s in fed.storage.get_all_studies()]
+    assert not [n for n in names if ":fedbo:uploads:000000" in n]
 
 
 def test_read_upload_raises_there_is_no_single_upload() -> None:
@@ -159,7 +162,7 @@ def test_read_upload_raises_there_is_no_single_upload() -> None:
 
 def _masked(fed: Federation, round_index: int) -> dict[str, np.ndarray]:
     """What a spy with the server's private keys and the storage reads: each masked input."""
-    entries = Relay(fed.store).entries(round_index)
+    entries = Relay(fed.store).entries(round_index, inputs=True)
     found = {}
     for key, text in entries.items():
         parsed = parse_key(key)

@@ -198,7 +198,10 @@ class SecureRounds:
             outcome.reason,
             payload,
         )
-        return replace(server._publish(), n_recovered=len(outcome.result.recovered))
+        report = server._publish()
+        if server._discard:
+            self.coordinator.discard(round_index)
+        return replace(report, n_recovered=len(outcome.result.recovered))
 
 
 __all__ = [

@@ -24,6 +24,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from optuna.exceptions import DuplicatedStudyError
+from optuna.study import StudyDirection
+
 from optuna_fedbo.core.secagg.messages import Message
 from optuna_fedbo.core.secagg.messages import message_from_dict
 from optuna_fedbo.core.secagg.messages import MessageRejected
@@ -38,6 +41,9 @@ RECORDS = ("setup", "keys", "bundle", "survivors", "unmask")
 #: The participants' steps (as the server names them) and the record each one answers.
 STEPS = ("keys", "shares", "masked", "consistency", "unmask")
 ANSWERS = dict(zip(STEPS, RECORDS))
+#: The step whose (large) messages go to the round's inputs study, read by the server only.
+INPUTS_STEP = "masked"
+INPUTS_SUFFIX = ":secagg-inputs"
 #: Signature purpose of the participants' signatures for their peers (advertised keys, the
 #: survivor list): separate from every other use of the enrolled key.
 PEER_PURPOSE = "secagg-peer"
@@ -81,21 +87,46 @@ class Relay:
             self.store.uploads_study_name(round_index)
         )
 
-    def entries(self, round_index: int) -> dict[str, Any]:
-        """Every ``secagg:`` entry of a round (empty once its uploads study is gone)."""
+    def _inputs_study(self, round_index: int) -> str:
+        return self.store.uploads_study_name(round_index) + INPUTS_SUFFIX
+
+    def entries(self, round_index: int, *, inputs: bool = False) -> dict[str, Any]:
+        """Every ``secagg:`` entry of a round (empty once its uploads study is gone); the masked
+        inputs too if ``inputs`` (they are large and only the server needs them)."""
+        storage = self.store.storage
         try:
-            attrs = self.store.storage.get_study_system_attrs(self._study_id(round_index))
+            attrs = dict(storage.get_study_system_attrs(self._study_id(round_index)))
+            if inputs:
+                study_id = storage.get_study_id_from_name(self._inputs_study(round_index))
+                attrs.update(storage.get_study_system_attrs(study_id))
         except KeyError:
-            return {}
-        return {k: v for k, v in attrs.items() if k.startswith(PREFIX)}
+            pass
+        return {k: v for k, v in attrs.items() if k.startswith(PREFIX)} if attrs else {}
 
     def write(self, round_index: int, key: str, value: str) -> None:
-        """Write an entry of the round.
+        """Write an entry of the round (a masked input into the round's inputs study, so that
+        participants polling the round's records never read the others' inputs).
 
         Raises:
             KeyError: If the round's uploads study is gone (the round closed).
         """
-        self.store.storage.set_study_system_attr(self._study_id(round_index), key, value)
+        storage = self.store.storage
+        study_id = self._study_id(round_index)
+        if f":msg:{INPUTS_STEP}:" in key:
+            name = self._inputs_study(round_index)
+            try:
+                study_id = storage.create_new_study([StudyDirection.MINIMIZE], name)
+            except DuplicatedStudyError:
+                study_id = storage.get_study_id_from_name(name)
+        storage.set_study_system_attr(study_id, key, value)
+
+    def discard(self, round_index: int) -> None:
+        """Delete a published round's masked inputs (no-op if they are gone)."""
+        try:
+            storage = self.store.storage
+            storage.delete_study(storage.get_study_id_from_name(self._inputs_study(round_index)))
+        except KeyError:
+            pass
 
     def newest_attempt(self, entries: dict[str, Any]) -> int:
         """The highest attempt with any entry (-1: none)."""

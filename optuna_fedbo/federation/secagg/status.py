@@ -34,7 +34,7 @@ def secagg_status(federation: Any) -> dict[str, Any]:
     """``{"round", "attempt", "step", "missing", "answered", "failed"}`` of the open round
     (``attempt`` ``None`` and ``step`` ``"setup"`` before the server has started it)."""
     round_index = federation.open_round()
-    entries = Relay(federation.store).entries(round_index)
+    entries = Relay(federation.store).entries(round_index, inputs=True)
     parsed = [p for p in map(parse_key, entries) if p is not None]
     setups = [a for a, kind, _ in parsed if kind == "setup"]
     status: dict[str, Any] = {
