@@ -445,8 +445,10 @@ def test_status_shows_the_step_and_who_is_missing() -> None:
         "step": "shares",
         "missing": ["c1", "c3"],
         "answered": ["c0", "c2"],
+        "taking_part": ["c0", "c1", "c2", "c3"],
         "failed": None,
     }
+    assert status.uploaded == ("c0", "c1", "c2", "c3") and status.missing == ()
     assert "round 0 attempt 0: sharing keys; 2 answered, missing c1, c3" in status.format()
     assert status.to_dict()["secure_aggregation"]["step"] == "shares"
 

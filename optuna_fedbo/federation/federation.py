@@ -853,7 +853,9 @@ class Federation:
         """Rounds, participants, and who is missing in the open round."""
         participants = tuple(self.participants())
         open_round = self.open_round()
-        uploaded = tuple(c for c in self._store.upload_keys(open_round) if c in participants)
+        secure = None if self.secure_aggregation is None else secagg_status(self)
+        sent = self._store.upload_keys(open_round) if secure is None else secure["taking_part"]
+        uploaded = tuple(c for c in sent if c in participants)
         states = self.lifecycle().states
         missing = tuple(
             c
@@ -870,7 +872,7 @@ class Federation:
             missing=missing,
             server=self._store.server_status(),
             privacy=None if self._privacy is None else self.privacy_ledger().summary(),
-            secure_aggregation=None if self.secure_aggregation is None else secagg_status(self),
+            secure_aggregation=secure,
         )
 
     # --------------------------------------------------------------------- lifecycle

@@ -31,8 +31,9 @@ def _content(trust: Any, kind: str, text: Any) -> dict[str, Any] | None:
 
 
 def secagg_status(federation: Any) -> dict[str, Any]:
-    """``{"round", "attempt", "step", "missing", "answered", "failed"}`` of the open round
-    (``attempt`` ``None`` and ``step`` ``"setup"`` before the server has started it)."""
+    """``{"round", "attempt", "step", "missing", "answered", "taking_part", "failed"}`` of the
+    open round (``attempt`` ``None`` and ``step`` ``"setup"`` before the server has started it;
+    ``taking_part``: who advertised keys in the attempt, the ``uploaded`` of ``status``)."""
     round_index = federation.open_round()
     entries = Relay(federation.store).entries(round_index, inputs=True)
     parsed = [p for p in map(parse_key, entries) if p is not None]
@@ -43,6 +44,7 @@ def secagg_status(federation: Any) -> dict[str, Any]:
         "step": "setup",
         "missing": [],
         "answered": [],
+        "taking_part": [],
         "failed": None,
     }
     if not setups:
@@ -68,6 +70,7 @@ def secagg_status(federation: Any) -> dict[str, Any]:
         str(c) for a, kind, c in parsed if a == attempt and kind == f"msg:{step}" and c
     )
     status.update(
+        taking_part=sorted(str(c) for a, kind, c in parsed if a == attempt and kind == "msg:keys"),
         attempt=attempt,
         step=step,
         answered=answered,
