@@ -110,7 +110,7 @@ class _Round:
         return None
 
     def _sent(self, client: str) -> int:
-        entries = Relay(self.fed.store).entries(self.fed.open_round())
+        entries = Relay(self.fed.store).entries(self.fed.open_round(), inputs=True)
         return sum(
             1
             for k in entries
@@ -492,3 +492,21 @@ def test_simulate_runs_the_default_sampler_under_secure_aggregation() -> None:
     ]
     modes = [t.system_attrs.get("fedbo:mode") for t in result.studies[0].trials]
     assert modes[:2] == ["init", "init"] and set(modes[2:]) <= {"transfer", "own"}
+
+
+def test_participants_whose_masked_input_was_never_summed_rejoin_the_next_attempt(
+    caplog,
+) -> None:
+    fed = _federation()
+    server = FederationServer(fed)
+    driven = _Round(fed, server)
+    driven.upload([f"c{i}" for i in range(4)])
+    with caplog.at_level(logging.WARNING):
+        report = driven.run(drop_after={"c2": 3, "c3": 3})  # 2 of 4 sign the survivor list
+    assert report is not None and not report.published
+    assert "only 2 participants signed the survivor list" in caplog.text
+    server.step()  # attempt 1's setup
+    for c in ("c0", "c1"):
+        driven.driver._participants[c].poll()
+    status = fed.status().secure_aggregation
+    assert status["attempt"] == 1 and status["taking_part"] == ["c0", "c1"]

@@ -134,6 +134,10 @@ class SecAggParticipant:
             return
         attempt = max(setups)
         if self._attempt != (round_index, attempt):
+            if self._attempt is not None and self._attempt[0] == round_index:
+                # The round starts over (an attempt failed, or the server restarted): an input
+                # masked in the abandoned attempt was never summed, so it goes to this one.
+                self._fresh = self._input is not None
             self._client = None
             if not self._join(round_index, attempt, entries):
                 return
