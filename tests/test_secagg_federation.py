@@ -510,3 +510,18 @@ def test_participants_whose_masked_input_was_never_summed_rejoin_the_next_attemp
         driven.driver._participants[c].poll()
     status = fed.status().secure_aggregation
     assert status["attempt"] == 1 and status["taking_part"] == ["c0", "c1"]
+
+
+def test_a_restarted_server_starts_the_round_over_and_publishes_it(capture_sum) -> None:
+    fed = _federation()
+    first = FederationServer(fed)
+    driven = _Round(fed, first)
+    inputs = driven.upload([f"c{i}" for i in range(4)])
+    _advance_to(driven, "consistency")  # masked inputs are in; then the server is replaced
+    driven.server = FederationServer(fed)
+    assert driven.server.step() is None
+    assert _coordinator(driven.server).attempt.attempt == 1  # never attempt 0 again
+    report = driven.run()
+    assert report is not None and report.published and report.n_contributors == 4
+    plain = sum(inputs.values())
+    assert np.max(np.abs(capture_sum[0] - plain)) <= 4 * fed.secure_aggregation.step / 2 + 1e-9
