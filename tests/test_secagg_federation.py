@@ -525,3 +525,11 @@ def test_a_restarted_server_starts_the_round_over_and_publishes_it(capture_sum) 
     assert report is not None and report.published and report.n_contributors == 4
     plain = sum(inputs.values())
     assert np.max(np.abs(capture_sum[0] - plain)) <= 4 * fed.secure_aggregation.step / 2 + 1e-9
+
+
+def test_a_round_without_an_uploads_study_has_no_entries_and_refuses_writes() -> None:
+    fed = _federation()
+    relay = Relay(fed.store)
+    assert relay.entries(7) == {} and relay.entries(7, inputs=True) == {}
+    with pytest.raises(KeyError):
+        relay.write(7, message_key(0, "keys", "c0"), "x")

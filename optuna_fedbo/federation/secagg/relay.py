@@ -94,14 +94,15 @@ class Relay:
         """Every ``secagg:`` entry of a round (empty once its uploads study is gone); the masked
         inputs too if ``inputs`` (they are large and only the server needs them)."""
         storage = self.store.storage
+        attrs: dict[str, Any] = {}
         try:
-            attrs = dict(storage.get_study_system_attrs(self._study_id(round_index)))
+            attrs.update(storage.get_study_system_attrs(self._study_id(round_index)))
             if inputs:
                 study_id = storage.get_study_id_from_name(self._inputs_study(round_index))
                 attrs.update(storage.get_study_system_attrs(study_id))
         except KeyError:
-            pass
-        return {k: v for k, v in attrs.items() if k.startswith(PREFIX)} if attrs else {}
+            pass  # the round closed (or has no masked input yet)
+        return {k: v for k, v in attrs.items() if k.startswith(PREFIX)}
 
     def write(self, round_index: int, key: str, value: str) -> None:
         """Write an entry of the round (a masked input into the round's inputs study, so that
