@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 import numpy as np
+import optuna
 
 from optuna_fedbo.core.pooling import block_sizes
 from optuna_fedbo.core.pooling import pack_blocks
@@ -41,6 +42,8 @@ from optuna_fedbo.federation.fts.messages import encode_broadcast
 from optuna_fedbo.federation.secagg.participant import Driver
 from optuna_fedbo.federation.secagg.server import SecAggCoordinator
 from optuna_fedbo.federation.server import RoundReport
+
+_logger = optuna.logging.get_logger(__name__)
 
 
 def _standardized(statistics: SufficientStatistics, cap: int) -> SufficientStatistics:
@@ -201,7 +204,14 @@ class SecureRounds:
         report = server._publish()
         if server._discard:
             self.coordinator.discard(round_index)
-        return replace(report, n_recovered=len(outcome.result.recovered))
+        recovered = outcome.result.recovered
+        if recovered:
+            _logger.info(
+                f"Round {round_index}: {len(recovered)} dropout(s) recovered (the masks of "
+                f"{', '.join(recovered)}, who dropped out after sharing keys, were removed with "
+                "the survivors' shares)."
+            )
+        return replace(report, n_recovered=len(recovered))
 
 
 __all__ = [
