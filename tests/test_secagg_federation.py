@@ -533,3 +533,22 @@ def test_a_round_without_an_uploads_study_has_no_entries_and_refuses_writes() ->
     assert relay.entries(7) == {} and relay.entries(7, inputs=True) == {}
     with pytest.raises(KeyError):
         relay.write(7, message_key(0, "keys", "c0"), "x")
+
+
+def test_asynchronous_participants_answer_in_the_background() -> None:
+    # No explicit polls: each participant's driver thread answers the steps between uploads.
+    fed = _federation(step_timeout=60.0)  # every step closes complete
+    driver_of(fed.channel).background = True
+    driver_of(fed.channel).interval = 0.01
+    server = FederationServer(fed)
+    inputs = _Round(fed, server).upload([f"c{i}" for i in range(4)])
+    assert len(inputs) == 4
+    report, deadline = None, time.monotonic() + 120
+    while report is None and time.monotonic() < deadline:
+        report = server.step()
+        time.sleep(0.01)
+    assert report is not None and report.published and report.n_contributors == 4
+    driver = driver_of(fed.channel)
+    while driver._thread is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert driver._thread is None  # nothing left to do: the thread ended
