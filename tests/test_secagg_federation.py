@@ -31,6 +31,7 @@ from optuna_fedbo.federation.fts.secure import driver_of
 from optuna_fedbo.federation.fts.secure import pooled_from_sum
 from optuna_fedbo.federation.fts.secure import secure_input
 from optuna_fedbo.federation.keys import ParticipantKey
+from optuna_fedbo.federation.secagg import participant as participant_module
 from optuna_fedbo.federation.secagg.relay import message_key
 from optuna_fedbo.federation.secagg.relay import parse_key
 from optuna_fedbo.federation.secagg.relay import parse_message
@@ -122,9 +123,9 @@ class _Round:
 def capture_sum(monkeypatch):
     sums: list[np.ndarray] = []
 
-    def spy(values, n_features, round_index):
+    def spy(values, n_features, round_index, slack):
         sums.append(np.array(values))
-        return pooled_from_sum(values, n_features, round_index)
+        return pooled_from_sum(values, n_features, round_index, slack)
 
     monkeypatch.setattr(secure, "pooled_from_sum", spy)
     return sums
@@ -552,3 +553,32 @@ def test_asynchronous_participants_answer_in_the_background() -> None:
     while driver._thread is not None and time.monotonic() < deadline:
         time.sleep(0.01)
     assert driver._thread is None  # nothing left to do: the thread ended
+
+
+def test_a_participant_sending_values_outside_its_bound_gets_nothing_published(
+    monkeypatch, caplog
+) -> None:
+    # c0 bypasses its own encoding and sends arbitrary ring elements (a malicious participant
+    # can: the server cannot see one input). The sum is then not statistics any observations
+    # give: the round publishes nothing and says so.
+    fed = _federation()
+    server = FederationServer(fed)
+    driven = _Round(fed, server)
+    driven.upload([f"c{i}" for i in range(4)])
+    honest = participant_module.encode
+    rng = np.random.default_rng(0)
+    calls = []
+
+    def encode(values, ring):
+        calls.append(len(values))
+        if len(calls) == 1:  # the first to mask (participants poll in order: c0)
+            return rng.integers(0, 2**ring.bits, size=ring.dimension, dtype=np.uint64)
+        return honest(values, ring)
+
+    monkeypatch.setattr(participant_module, "encode", encode)
+    with caplog.at_level(logging.WARNING):
+        report = driven.run()
+    assert len(calls) == 4
+    assert report is not None and not report.published and report.reason == "secagg-invalid"
+    assert "is not statistics that observations on these features give" in caplog.text
+    assert fed.latest_broadcast() is None

@@ -78,12 +78,36 @@ def secure_input(omega: np.ndarray, n_features: int, cap: int) -> np.ndarray:
 
 
 def pooled_from_sum(
-    values: np.ndarray, n_features: int, round_index: int
+    values: np.ndarray, n_features: int, round_index: int, slack: float = 1e-3
 ) -> tuple[np.ndarray, int]:
     """The broadcast vectors (one row) and feature block of the posterior given the summed
-    statistics, its norm bounded as every pooled broadcast's is."""
+    statistics, its norm bounded as every pooled broadcast's is.
+
+    Args:
+        slack: Absolute tolerance of the checks (the fixed-point rounding of the sum).
+
+    Raises:
+        ValueError: If the sum is not statistics of observations on unit-norm features (a
+            participant sent values outside what its own statistics can be): every block's
+            count must be the same and positive, and its Gram matrix's trace that count.
+    """
     blocks = unpack_blocks(np.asarray(values, dtype=float), n_features, strict=False)
-    block, mean = select_posterior([blocks], offset_scales=(0.0,))
+    counts = np.array([float(np.asarray(b.count)) for b in blocks])
+    traces = np.array([float(np.trace(b.gram)) for b in blocks])
+    tolerance = slack + 1e-9 * float(np.max(np.abs(counts)))
+    if (
+        not np.all(np.isfinite(values))
+        or counts.min() < 1.0 - tolerance
+        or np.ptp(counts) > tolerance
+        or np.max(np.abs(traces - counts)) > tolerance
+    ):
+        raise ValueError("the sum is not statistics that observations on these features give")
+    try:
+        block, mean = select_posterior([blocks], offset_scales=(0.0,))
+    except np.linalg.LinAlgError:
+        raise ValueError("the sum's feature Gram matrix is not positive semi-definite") from None
+    if not np.all(np.isfinite(mean)):
+        raise ValueError("the posterior given the sum is not finite")
     size = block_sizes(n_features)[block]
     return bounded(mean[None, :], size, round_index), block
 
@@ -179,8 +203,28 @@ class SecureRounds:
                 published=False,
             )
         fts = server._fts
-        vectors, block = pooled_from_sum(outcome.result.values, fts.n_features, round_index)
         survivors = outcome.result.survivors
+        dimension = fts.upload_length
+        slack = len(survivors) * dimension * self.coordinator.config.step
+        try:
+            vectors, block = pooled_from_sum(
+                outcome.result.values, fts.n_features, round_index, slack
+            )
+        except ValueError as error:
+            _logger.warning(
+                f"Round {round_index} of {server.federation.name!r} is not published: {error} "
+                "(some participant sent values outside the bound of its own statistics); the "
+                "round starts over."
+            )
+            return RoundReport(
+                round_index,
+                0,
+                (),
+                outcome.rejected,
+                "secagg-invalid",
+                time.time(),
+                published=False,
+            )
         payload = encode_broadcast(
             round_index=round_index,
             aggregation="pooled",
