@@ -17,9 +17,11 @@ can do none of that, so what can be done moves to the participant (:func:`secure
   the ring is sized so that the sum of ``N`` clipped inputs never wraps.
 
 A malicious participant can still send any in-range statistics: their consistency cannot be
-checked on masked data (that needs zero-knowledge proofs, out of scope). The server decodes
-the sum (:func:`pooled_from_sum`) and publishes the posterior given it, on the feature block and
-noise variance of largest evidence, without offsets (there is one summed "participant").
+checked on masked data (that needs zero-knowledge proofs, out of scope); out-of-range values wrap
+the ring, and a sum that is then not statistics of any observations is not published. The server
+decodes the sum (:func:`pooled_from_sum`) and publishes the posterior given it, on the feature
+block and noise variance of largest evidence, without offsets (there is one summed
+"participant").
 """
 
 from __future__ import annotations
