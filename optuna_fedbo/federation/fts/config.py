@@ -86,7 +86,9 @@ class FTSConfig(ProtocolConfig):
             (:mod:`optuna_fedbo.core.pooling`): exactly the posterior a model of everyone's
             observations would have, where averaging the participants' posterior means blurs
             it. The server sees each participant's statistics (as it sees each participant's
-            vector with ``"weighted"``); participants see only the broadcast.
+            vector with ``"weighted"``) unless the federation has secure aggregation
+            (:class:`~optuna_fedbo.SecureAggregation`: only their sum); participants see only
+            the broadcast.
         schedule: Default ``p_t`` schedule of the participants (a name of
             :data:`optuna_fedbo.federation.fts.schedules.SCHEDULES`); a participant may override
             it with any callable.
