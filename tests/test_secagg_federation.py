@@ -23,6 +23,7 @@ from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.core.rff import RandomFourierFeatures
 from optuna_fedbo.core.secagg.ring import encode
 from optuna_fedbo.federation import Federation
+from optuna_fedbo.federation import FederationConfig
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation.cli import main as cli_main
@@ -582,3 +583,18 @@ def test_a_participant_sending_values_outside_its_bound_gets_nothing_published(
     assert report is not None and not report.published and report.reason == "secagg-invalid"
     assert "is not statistics that observations on these features give" in caplog.text
     assert fed.latest_broadcast() is None
+
+
+def test_a_version_without_secure_aggregation_refuses_such_a_federation() -> None:
+    fed = _federation()
+    record = json.loads(fed.config.to_json())
+    assert record["format"] == 3 and record["secure_aggregation"]["threshold"] == 3
+    # A version that knows only format 2 refuses format 3; this one refuses a mismatch.
+    with pytest.raises(ValueError, match="Unsupported federation configuration format 2"):
+        FederationConfig.from_json(json.dumps({**record, "format": 2}))
+    plain = {k: v for k, v in record.items() if k != "secure_aggregation"}
+    with pytest.raises(ValueError, match="Unsupported federation configuration format 3"):
+        FederationConfig.from_json(json.dumps(plain))
+    assert (
+        FederationConfig.from_json(json.dumps({**plain, "format": 2})).secure_aggregation is None
+    )

@@ -33,6 +33,9 @@ from optuna_fedbo.search_space import SearchSpaceEncoder
 #: versions cannot silently disagree on the shared features: a federation stored by another
 #: format is refused with an error naming both.
 CONFIG_FORMAT = 2
+#: The format of a configuration with secure aggregation, so that a version that does not know
+#: it refuses the federation instead of uploading what its server never reads.
+SECURE_CONFIG_FORMAT = 3
 
 _PROTOCOLS: dict[str, type[ProtocolConfig]] = {}
 
@@ -213,7 +216,7 @@ class FederationConfig:
     def to_dict(self) -> dict[str, Any]:
         """The configuration as a JSON object."""
         return {
-            "format": CONFIG_FORMAT,
+            "format": CONFIG_FORMAT if self.secure_aggregation is None else SECURE_CONFIG_FORMAT,
             "name": self.name,
             "search_space": search_space_to_json(self.search_space),
             "n_clients": self.n_clients,
@@ -250,10 +253,13 @@ class FederationConfig:
             record = json.loads(text)
         except (TypeError, ValueError):
             raise ValueError("The stored federation configuration is not valid JSON.") from None
-        if not isinstance(record, dict) or record.get("format") != CONFIG_FORMAT:
+        secure = isinstance(record, dict) and record.get("secure_aggregation") is not None
+        expected = SECURE_CONFIG_FORMAT if secure else CONFIG_FORMAT
+        if not isinstance(record, dict) or record.get("format") != expected:
             raise ValueError(
                 f"Unsupported federation configuration format {record.get('format')!r} "
-                f"(this version reads format {CONFIG_FORMAT})."
+                f"(this version reads format {CONFIG_FORMAT}, and {SECURE_CONFIG_FORMAT} with "
+                "secure aggregation)."
             )
         return cls(
             name=record["name"],
