@@ -241,6 +241,11 @@ def test_fewer_than_t_survivors_publish_nothing_and_say_so(caplog) -> None:
     assert "only 2 participants shared keys (at least 3 needed)" in caplog.text
     assert "nothing is published" in caplog.text
     assert fed.latest_broadcast() is None
+    status = fed.status()
+    assert status.secure_aggregation["step"] == "failed"
+    assert "round 0 attempt 0: failed (secure aggregation round 0 failed at step" in (
+        status.format()
+    )
     assert driven.run(drop_after={"c2": 1, "c3": 1}) is None  # the next attempt waits for t
     assert fed.latest_broadcast() is None and fed.open_round() == 0
 
