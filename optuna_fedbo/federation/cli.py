@@ -29,6 +29,9 @@ Differential privacy (DP-FTS-DE): ``--preset dp-fts-de`` (protocol and privacy),
 of the preset); ``status --ledger`` lists every accounted round. After restoring a backup of the
 storage, ``restore-ledger`` carries the privacy spent forward (the server refuses to publish on a
 rolled-back ledger until then).
+
+Secure aggregation (the server learns only the sum of at least ``t`` participants' statistics):
+``create ... --secure-aggregation`` (optionally ``'{"threshold": 5}'``, SecureAggregation fields).
 """
 
 from __future__ import annotations
