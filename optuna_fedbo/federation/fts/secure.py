@@ -41,6 +41,7 @@ from optuna_fedbo.core.pooling import unpack_blocks
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.federation.fts.influence import bounded
 from optuna_fedbo.federation.fts.messages import encode_broadcast
+from optuna_fedbo.federation.secagg.config import VALUE_SPREADS
 from optuna_fedbo.federation.secagg.participant import Driver
 from optuna_fedbo.federation.secagg.server import SecAggCoordinator
 from optuna_fedbo.federation.server import RoundReport
@@ -48,18 +49,35 @@ from optuna_fedbo.federation.server import RoundReport
 _logger = optuna.logging.get_logger(__name__)
 
 
-def _standardized(statistics: SufficientStatistics, cap: int) -> SufficientStatistics:
-    """``statistics`` of the participant's own standardized values, weighed down to ``cap``
-    observations."""
+def reference_of(omega: np.ndarray, n_features: int) -> tuple[float, float]:
+    """The mean and spread of the values behind packed statistics (spread 1 if they are equal).
+
+    Raises:
+        ValueError: If ``omega`` is not consistent statistics (:func:`unpack_blocks`).
+    """
+    statistics = unpack_blocks(omega, n_features)[0]
     n = statistics.count
     mean = statistics.target_sum / n
     variance = max(statistics.target_square_sum / n - mean * mean, 0.0)
     spread = math.sqrt(variance) if variance > 1e-24 * max(1.0, mean * mean) else 1.0
+    return mean, spread
+
+
+def _standardized(
+    statistics: SufficientStatistics, cap: int, reference: tuple[float, float]
+) -> SufficientStatistics:
+    """``statistics`` of the values ``(y - mean) / spread`` of ``reference``, weighed down to
+    ``cap`` observations."""
+    n, (mean, spread) = statistics.count, reference
     weight = min(1.0, cap / n)
     out = SufficientStatistics(statistics.n_features)
     out.count = weight * n  # type: ignore[assignment]
-    out.target_sum = 0.0
-    out.target_square_sum = weight * n * variance / spread**2
+    out.target_sum = weight * (statistics.target_sum - n * mean) / spread
+    out.target_square_sum = (
+        weight
+        * (statistics.target_square_sum - 2 * mean * statistics.target_sum + n * mean * mean)
+        / spread**2
+    )
     out.feature_sum = weight * statistics.feature_sum
     out.feature_target = weight * (statistics.feature_target - mean * statistics.feature_sum)
     out.feature_target /= spread
@@ -67,16 +85,22 @@ def _standardized(statistics: SufficientStatistics, cap: int) -> SufficientStati
     return out
 
 
-def secure_input(omega: np.ndarray, n_features: int, cap: int) -> np.ndarray:
+def secure_input(
+    omega: np.ndarray, n_features: int, cap: int, reference: tuple[float, float] | None = None
+) -> np.ndarray:
     """A participant's input to secure aggregation from its packed statistics ``omega``: its
-    own values standardized, its weight capped at ``cap`` observations, clipped to ``cap``.
+    values standardized by ``reference`` (default: their own mean and spread), its weight
+    capped at ``cap`` observations, every coordinate clipped to
+    :attr:`~optuna_fedbo.SecureAggregation.bound`.
 
     Raises:
         ValueError: If ``omega`` is not consistent statistics (:func:`unpack_blocks`).
     """
     blocks = unpack_blocks(omega, n_features)
-    packed = pack_blocks([_standardized(block, cap) for block in blocks])
-    return np.clip(packed, -float(cap), float(cap))
+    reference = reference_of(omega, n_features) if reference is None else reference
+    packed = pack_blocks([_standardized(block, cap, reference) for block in blocks])
+    bound = cap * VALUE_SPREADS**2
+    return np.clip(packed, -bound, bound)
 
 
 def pooled_from_sum(
@@ -137,7 +161,12 @@ def secure_upload(channel: Any, client_id: str, omega: np.ndarray, n_observation
     if round_index > 0 or n_observations >= channel.config.n_init:
         driver = driver_of(channel)
         participant = driver.participant(federation, client_id)
-        participant.offer(secure_input(omega, channel.config.n_features, config.max_observations))
+        n_features = channel.config.n_features
+        # The first statistics offered (in round 0: the initial design's) fix the reference,
+        # as FTSConfig(normalization="shared") does for the participant's own model.
+        references = channel.__dict__.setdefault("_secagg_references", {})
+        reference = references.setdefault(client_id, reference_of(omega, n_features))
+        participant.offer(secure_input(omega, n_features, config.max_observations, reference))
         participant.poll()
         driver.kick()
     return round_index

@@ -26,6 +26,9 @@ from optuna_fedbo.core.secagg.ring import RingSpec
 
 #: The fewest participants secure aggregation runs with (a strict majority of 2 is both).
 MIN_PARTICIPANTS = 3
+#: Pooled statistics: how many spreads of its reference (its initial design's values) a
+#: participant's standardized values may reach before the sums of their squares are clipped.
+VALUE_SPREADS = 10
 
 
 @dataclass(frozen=True)
@@ -98,8 +101,9 @@ class SecureAggregation:
 
     @property
     def bound(self) -> float:
-        """The clipping bound of every input coordinate."""
-        return float(self.max_observations)
+        """The clipping bound of every input coordinate: ``max_observations`` observations of
+        values up to :data:`VALUE_SPREADS` spreads from the reference."""
+        return float(self.max_observations * VALUE_SPREADS**2)
 
     def resolve(self, n_clients: int, dimension: int) -> SecureAggregation:
         """The configuration with its threshold made explicit, checked for ``n_clients``.
