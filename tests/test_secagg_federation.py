@@ -30,6 +30,7 @@ from optuna_fedbo.federation.cli import main as cli_main
 from optuna_fedbo.federation.fts import secure
 from optuna_fedbo.federation.fts.secure import driver_of
 from optuna_fedbo.federation.fts.secure import pooled_from_sum
+from optuna_fedbo.federation.fts.secure import reference_of
 from optuna_fedbo.federation.fts.secure import secure_input
 from optuna_fedbo.federation.keys import ParticipantKey
 from optuna_fedbo.federation.secagg import participant as participant_module
@@ -603,3 +604,15 @@ def test_a_version_without_secure_aggregation_refuses_such_a_federation() -> Non
     assert (
         FederationConfig.from_json(json.dumps({**plain, "format": 2})).secure_aggregation is None
     )
+
+
+def test_a_participant_standardizes_by_the_reference_of_its_first_statistics() -> None:
+    fed = _federation()
+    cap = fed.secure_aggregation.max_observations
+    first, later = _packed(fed, seed=0, n=6), _packed(fed, seed=0, n=9)
+    fed.upload("c0", first, n_observations=6, iteration=0)
+    fed.upload("c0", later, n_observations=9, iteration=0)
+    offered = driver_of(fed.channel)._participants["c0"]._input
+    frozen = secure_input(later, M, cap, reference_of(first, M))
+    np.testing.assert_allclose(offered, frozen)
+    assert not np.allclose(offered, secure_input(later, M, cap))  # not its own newest mean

@@ -5,15 +5,19 @@ standardizes everyone's values together, may give each participant an offset of 
 bounds each one's weight (:func:`optuna_fedbo.core.pooling.robust_weights`). On a masked sum it
 can do none of that, so what can be done moves to the participant (:func:`secure_input`):
 
-* **centring and scaling**: each participant standardizes its own values (its own mean and
-  spread: the shared value scale is "standardized", and a participant's offset is removed,
-  as a per-participant offset of unlimited prior scale would); the differences in level
-  between sites, which the server's evidence could keep, are lost;
+* **centring and scaling**: each participant standardizes its values by the mean and spread of
+  its first statistics offered (in round 0, those of its initial design), then frozen, as
+  ``FTSConfig(normalization="shared")`` does for its own model: with whole-space initial
+  designs every site measures against a comparable reference, so the levels it finds later are
+  kept, while sites whose values differ in scale or offset are brought to one scale (the server
+  can no longer choose, by the evidence, between offsets per site and none);
 * **weight**: a participant with more than ``SecureAggregation.max_observations`` observations
   scales its statistics down to that many (the server's cap of one participant's weight becomes
-  a fixed cap), which also bounds every coordinate by ``max_observations``: Cauchy-Schwarz on
-  unit-norm features and standardized values (``|sum phi y| <= n``, ``|Gram| <= n``);
-* **clipping**: every coordinate is clipped to that bound (a no-op for honest statistics), and
+  a fixed cap), which also bounds every coordinate: by Cauchy-Schwarz on unit-norm features
+  (``|Gram| <= n``, ``|sum phi y| <= sqrt(n sum y^2)``), with values up to
+  :data:`~optuna_fedbo.federation.secagg.config.VALUE_SPREADS` spreads from the reference;
+* **clipping**: every coordinate is clipped to that bound (a no-op for honest statistics within
+  it), and
   the ring is sized so that the sum of ``N`` clipped inputs never wraps.
 
 A malicious participant can still send any in-range statistics: their consistency cannot be
