@@ -17,8 +17,7 @@ can do none of that, so what can be done moves to the participant (:func:`secure
   (``|Gram| <= n``, ``|sum phi y| <= sqrt(n sum y^2)``), with values up to
   :data:`~optuna_fedbo.federation.secagg.config.VALUE_SPREADS` spreads from the reference;
 * **clipping**: every coordinate is clipped to that bound (a no-op for honest statistics within
-  it), and
-  the ring is sized so that the sum of ``N`` clipped inputs never wraps.
+  it), and the ring is sized so that the sum of ``N`` clipped inputs never wraps.
 
 A malicious participant can still send any in-range statistics: their consistency cannot be
 checked on masked data (that needs zero-knowledge proofs, out of scope); out-of-range values wrap
