@@ -23,7 +23,7 @@ register_protocol(
         server=FTSServer,
         channel=FTSChannel,
         simulate="optuna_fedbo.simulation.fts:simulate",
-        sampler="optuna_fedbo.samplers._fed_thompson:FedThompsonSampler",
+        sampler="optuna_fedbo.samplers._fts_participant:FTSParticipant",
     )
 )
 
