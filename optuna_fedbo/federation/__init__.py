@@ -1,6 +1,8 @@
 """The federation over an Optuna storage: the machinery every protocol shares (configuration,
 store, keys and sealing, ledger, uploads, polling, server, CLI) and one package per protocol
-(:mod:`.fts`, :mod:`.fedpne`), registered in :mod:`.protocol`.
+(:mod:`.fts`, :mod:`.fedpne`), registered in :mod:`.protocol` when imported here (Python
+imports this package before any of its modules, so every built-in protocol is registered
+whenever the registry is used).
 
 The simulation drivers (``simulate``, ``simulate_fedpne``) build participants' samplers, so they
 live above the samplers in :mod:`optuna_fedbo.simulation`; they are re-exported here lazily.

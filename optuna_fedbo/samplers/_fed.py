@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from typing import Any
+from typing import ClassVar
 import weakref
 
 import optuna
@@ -35,7 +36,6 @@ from optuna_fedbo.federation.finished import finished_message
 from optuna_fedbo.federation.finished import finished_record
 from optuna_fedbo.federation.lease import DEFAULT_LEASE_TTL
 from optuna_fedbo.federation.lifecycle import COUNT_KINDS
-from optuna_fedbo.federation.protocol import get_protocol
 from optuna_fedbo.samplers._common import FallbackSampler
 from optuna_fedbo.samplers._site_checks import SiteChecks
 
@@ -74,6 +74,9 @@ class TrialCounts:
 
 
 _LIVE: weakref.WeakSet[FedSampler] = weakref.WeakSet()
+
+#: The participant class of each protocol kind (filled in by :class:`FedSampler` subclasses).
+_PARTICIPANTS: dict[str, type[FedSampler]] = {}
 
 
 @atexit.register
@@ -131,11 +134,27 @@ class FedSampler(FallbackSampler):
 
     federation: Federation
 
+    #: The protocol kind whose participant this class is: a subclass that sets it is the class
+    #: ``FedSampler(federation, ...)`` builds for that protocol (the first one defined).
+    protocol_kind: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.protocol_kind:
+            _PARTICIPANTS.setdefault(cls.protocol_kind, cls)
+
     def __new__(cls, federation: Federation, *args: Any, **kwargs: Any) -> FedSampler:
         if not isinstance(federation, Federation):
             raise ValueError(f"federation must be a Federation, got {federation!r}.")
         if cls is FedSampler:
-            cls = get_protocol(federation.protocol.kind).sampler_class()
+            kind = federation.protocol.kind
+            if kind not in _PARTICIPANTS:
+                raise ValueError(
+                    f"No participant sampler for protocol {kind!r} of federation "
+                    f"{federation.name!r}: import the module of its FedSampler subclass (one "
+                    f"with protocol_kind = {kind!r}) first."
+                )
+            cls = _PARTICIPANTS[kind]
         sampler = super().__new__(cls._sampler_for(federation))
         if not isinstance(sampler, cls):  # Python initializes only an instance of ``cls``
             sampler.__init__(federation, *args, **kwargs)

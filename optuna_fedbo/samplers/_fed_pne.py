@@ -109,6 +109,8 @@ class FedPNESampler(FedSampler):
             ``client_id`` expires if its process dies (see :class:`~optuna_fedbo.FedSampler`).
     """
 
+    protocol_kind = "fedpne"
+
     def __init__(
         self,
         federation: Federation,

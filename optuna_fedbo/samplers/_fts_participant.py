@@ -72,7 +72,7 @@ _KIND = {
 }
 
 #: The participant class of each ``FTSConfig.transfer`` (filled in by the subclasses).
-_PARTICIPANTS: dict[str, type[FTSParticipant]] = {}
+_BY_TRANSFER: dict[str, type[FTSParticipant]] = {}
 
 
 class FTSParticipant(FedSampler):
@@ -124,6 +124,7 @@ class FTSParticipant(FedSampler):
             ``client_id`` expires if its process dies (see :class:`~optuna_fedbo.FedSampler`).
     """
 
+    protocol_kind = "fts"
     #: The ``FTSConfig.transfer`` this class implements.
     transfer: ClassVar[str]
     #: What its trials use without a broadcast (for messages).
@@ -131,12 +132,12 @@ class FTSParticipant(FedSampler):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        _PARTICIPANTS.setdefault(cls.transfer, cls)
+        _BY_TRANSFER.setdefault(cls.transfer, cls)
 
     @classmethod
     def _sampler_for(cls, federation: Federation) -> type[FedSampler]:
         transfer = federation.fts.transfer
-        chosen = _PARTICIPANTS[transfer]
+        chosen = _BY_TRANSFER[transfer]
         if cls is FTSParticipant or issubclass(chosen, cls):
             return chosen
         if cls.transfer == "schedule":
