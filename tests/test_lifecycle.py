@@ -25,7 +25,7 @@ from optuna_fedbo.federation.cli import main as cli_main
 from optuna_fedbo.federation.fts.messages import parse_broadcast
 from optuna_fedbo.federation.fts.messages import parse_upload
 from optuna_fedbo.federation.lease import lease_book
-from optuna_fedbo.federation.store import resolve_storage
+from optuna_fedbo.federation.storages import resolve_storage
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from optuna_fedbo.federation._damage import FederationDamagedError
+from optuna_fedbo.federation._damage import FederationNotFoundError
 from optuna_fedbo.federation.config import FederationConfig
 from optuna_fedbo.federation.config import ProtocolConfig
 from optuna_fedbo.federation.dp_config import DPConfig
@@ -45,8 +46,7 @@ from optuna_fedbo.federation.protocol import Protocol
 from optuna_fedbo.federation.protocol import register_protocol
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
-from optuna_fedbo.federation.store import FederationNotFoundError
-from optuna_fedbo.federation.store import resolve_storage
+from optuna_fedbo.federation.storages import resolve_storage
 from optuna_fedbo.federation.store import ServerSupersededError
 from optuna_fedbo.federation.trust import UntrustedRecordError
 from optuna_fedbo.federation.watermark import LedgerRollbackError

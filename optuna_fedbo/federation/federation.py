@@ -19,8 +19,9 @@ from optuna.distributions import BaseDistribution
 from optuna.exceptions import DuplicatedStudyError
 from optuna.storages import BaseStorage
 
-from optuna_fedbo.federation._damage import write_to_open_round
+from optuna_fedbo.federation._damage import FederationNotFoundError
 from optuna_fedbo.federation._openings import opening_for
+from optuna_fedbo.federation._openings import write_to_open_round
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.config import FederationConfig
 from optuna_fedbo.federation.config import ProtocolConfig
@@ -46,10 +47,9 @@ from optuna_fedbo.federation.preset import Preset
 from optuna_fedbo.federation.preset import unpack
 from optuna_fedbo.federation.protocol import DEFAULT_PROTOCOL
 from optuna_fedbo.federation.protocol import get_protocol
-from optuna_fedbo.federation.store import check_client_id
-from optuna_fedbo.federation.store import FederationNotFoundError
+from optuna_fedbo.federation.records import check_client_id
+from optuna_fedbo.federation.storages import resolve_storage
 from optuna_fedbo.federation.store import FederationStore
-from optuna_fedbo.federation.store import resolve_storage
 from optuna_fedbo.federation.trust import MAX_UPLOAD_CHARS
 from optuna_fedbo.federation.trust import text_digest
 from optuna_fedbo.federation.trust import Trust
