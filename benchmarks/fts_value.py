@@ -481,7 +481,7 @@ def feature_options(
     values themselves, standardized together by the server) on the block of features of
     largest evidence (:mod:`optuna_fedbo.core.pooling`; 100 shared features here).
     """
-    from optuna_fedbo.core.gp import fit_gp
+    from optuna_fedbo.core.gp_fit import fit_gp
     from optuna_fedbo.core.local_model import normalization
     from optuna_fedbo.core.pooling import pooling_feature_maps
     from optuna_fedbo.core.pooling import select_posterior

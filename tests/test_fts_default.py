@@ -15,7 +15,7 @@ import pytest
 
 from optuna_fedbo import LocalGPSampler
 from optuna_fedbo.core.acquisition import LinearAcquisition
-from optuna_fedbo.core.gp import REFIT_GROWTH
+from optuna_fedbo.core.gp_fit import REFIT_GROWTH
 from optuna_fedbo.core.local_model import normalization
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer

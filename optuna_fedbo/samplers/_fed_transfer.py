@@ -16,12 +16,12 @@ from optuna.study import Study
 from optuna.trial import FrozenTrial
 
 from optuna_fedbo.core.acquisition import ScaledFunction
-from optuna_fedbo.core.gp import GPFitState
-from optuna_fedbo.core.gp import REFIT_FROM
-from optuna_fedbo.core.gp import REFIT_GROWTH
-from optuna_fedbo.core.gp import update_gp
 from optuna_fedbo.core.gp_acquisition import LogExpectedImprovement
 from optuna_fedbo.core.gp_acquisition import maximize_on_gp
+from optuna_fedbo.core.gp_fit import GPFitState
+from optuna_fedbo.core.gp_fit import REFIT_FROM
+from optuna_fedbo.core.gp_fit import REFIT_GROWTH
+from optuna_fedbo.core.gp_fit import update_gp
 from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.transfer import OneStepRanking
 from optuna_fedbo.core.transfer import prior_weight
@@ -40,11 +40,11 @@ class FedTransferSampler(FTSParticipant):
       a participant that joins a federation which already has a broadcast spends its first
       trial on the broadcast function's maximizer;
     * afterwards every trial maximizes the expected improvement of the participant's own exact
-      GP (:func:`~optuna_fedbo.core.gp.fit_gp`) whose prior mean is the newest broadcast function
-      ``g(x) = phi(x)^T omega`` weighted by ``c``, the posterior mean of its weight given the
-      participant's own values (:func:`~optuna_fedbo.core.transfer.prior_weight`): a broadcast
-      that predicts them guides the search, one that does not is weighted to about zero. From
-      100 observations on, the weight is computed again only as often as the GP's
+      GP (:func:`~optuna_fedbo.core.gp_fit.fit_gp`) whose prior mean is the newest broadcast
+      function ``g(x) = phi(x)^T omega`` weighted by ``c``, the posterior mean of its weight
+      given the participant's own values (:func:`~optuna_fedbo.core.transfer.prior_weight`): a
+      broadcast that predicts them guides the search, one that does not is weighted to about
+      zero. From 100 observations on, the weight is computed again only as often as the GP's
       hyperparameters are refitted (once the observations have grown by 10%) or when a
       broadcast comes on another feature block; in between each new broadcast enters with the
       last weight. Without a broadcast the GP has no prior mean. When, over the latest ten
