@@ -18,8 +18,6 @@ from optuna_fedbo.federation.config import FederationConfig
 from optuna_fedbo.federation.config import ProtocolConfig
 from optuna_fedbo.federation.dp_config import DPConfig
 from optuna_fedbo.federation.federation import Federation
-from optuna_fedbo.federation.federation import FederationStatus
-from optuna_fedbo.federation.federation import Participant
 from optuna_fedbo.federation.fedpne import FedPNEConfig
 from optuna_fedbo.federation.fedpne import FedPNEServer
 from optuna_fedbo.federation.fedpne import FedPNEStatus
@@ -40,12 +38,14 @@ from optuna_fedbo.federation.ledger import LedgerIntegrityError
 from optuna_fedbo.federation.ledger import PrivacyLedger
 from optuna_fedbo.federation.lifecycle import FederationSummary
 from optuna_fedbo.federation.lifecycle import Lifecycle
+from optuna_fedbo.federation.membership import Participant
 from optuna_fedbo.federation.preset import Preset
 from optuna_fedbo.federation.protocol import get_protocol
 from optuna_fedbo.federation.protocol import Protocol
 from optuna_fedbo.federation.protocol import register_protocol
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
+from optuna_fedbo.federation.status import FederationStatus
 from optuna_fedbo.federation.storages import resolve_storage
 from optuna_fedbo.federation.store import ServerSupersededError
 from optuna_fedbo.federation.trust import UntrustedRecordError
