@@ -148,7 +148,7 @@ class FTSParticipant(FedSampler):
                 f"is {chosen.__name__}: this builds one, but use FedSampler(...) or "
                 f"{chosen.__name__}(...) instead.",
                 FutureWarning,
-                stacklevel=4,
+                stacklevel=3,  # the caller of FedThompsonSampler(...)
             )
             return chosen
         raise ValueError(
