@@ -44,6 +44,7 @@ from optuna_fedbo.core.pooling import unpack_blocks
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.federation.fts.influence import bounded
 from optuna_fedbo.federation.fts.messages import encode_broadcast
+from optuna_fedbo.federation.fts.staged import Staged
 from optuna_fedbo.federation.secagg.config import VALUE_SPREADS
 from optuna_fedbo.federation.secagg.participant import Driver
 from optuna_fedbo.federation.secagg.server import SecAggCoordinator
@@ -219,8 +220,6 @@ class SecureRounds:
     def step(self, force: bool) -> RoundReport | None:
         """Advance the open round's protocol; publish the posterior given the sum once it is
         unmasked (a report with ``published=False`` when an attempt fails)."""
-        from optuna_fedbo.federation.fts.server import _Staged
-
         server = self.server
         round_index = server.open_round
         outcome = self.coordinator.step(round_index, force=force)
@@ -270,7 +269,7 @@ class SecureRounds:
         signed = server._sign(round_index, payload)
         server._ensure_current()
         trial_id = server._store.stage_broadcast(round_index, signed)
-        server._staged = _Staged(
+        server._staged = Staged(
             trial_id,
             round_index,
             len(survivors),

@@ -41,7 +41,6 @@ broadcast carries ``n_contributors = -1``: the count would reveal participation)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import time
 from typing import Any
 
@@ -67,7 +66,7 @@ from optuna_fedbo.federation.fts.messages import parse_broadcast
 from optuna_fedbo.federation.fts.messages import parse_upload
 from optuna_fedbo.federation.fts.messages import Upload
 from optuna_fedbo.federation.fts.secure import SecureRounds
-from optuna_fedbo.federation.ledger import LedgerEntry
+from optuna_fedbo.federation.fts.staged import Staged
 from optuna_fedbo.federation.ledger import PrivacyLedger
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
@@ -77,20 +76,6 @@ from optuna_fedbo.privacy._gaussian import AggregationResult
 from optuna_fedbo.privacy._rng import research_rng
 
 _logger = optuna.logging.get_logger(__name__)
-
-
-@dataclass
-class _Staged:
-    trial_id: int
-    round: int
-    n_contributors: int
-    contributors: tuple[str, ...]
-    rejected: tuple[tuple[str, str], ...]
-    reason: str
-    payload: str
-    private: AggregationResult | None = None
-    entry: LedgerEntry | None = None
-    upload_norms: tuple[float, ...] = ()
 
 
 class FTSServer(FederationServer):
@@ -144,7 +129,7 @@ class FTSServer(FederationServer):
         self._last_pooled: tuple[tuple[tuple[str, str], ...], np.ndarray, int] | None = None
         self._last_published = -1
         self._withheld = -1  # the last round reported as withheld for want of contributors
-        self._staged: _Staged | None = None
+        self._staged: Staged | None = None
         self._ledger: PrivacyLedger | None = None
         if federation.privacy is not None:
             self._ledger = federation.privacy_ledger()
@@ -215,10 +200,10 @@ class FTSServer(FederationServer):
             self._store.open_uploads(open_round)
         self._reset_round()
 
-    def _resumed(self, trial_id: int, payload: str) -> _Staged:
+    def _resumed(self, trial_id: int, payload: str) -> Staged:
         round_index = parse_broadcast(payload).round
         count = parse_broadcast(payload).n_contributors
-        return _Staged(trial_id, round_index, count, (), (), "resumed", payload)
+        return Staged(trial_id, round_index, count, (), (), "resumed", payload)
 
     def _sign(self, round_index: int, payload: str, ledger_count: int | None = None) -> str:
         """The signed broadcast record (with the receipts of the round's valid uploads)."""
@@ -315,7 +300,7 @@ class FTSServer(FederationServer):
             signed = self._sign(round_index, payload, None if entry is None else entry.n_accounted)
             self._ensure_current()  # again: aggregation took time, and staging is a release
             trial_id = self._store.stage_broadcast(round_index, signed)
-            self._staged = _Staged(
+            self._staged = Staged(
                 trial_id,
                 round_index,
                 len(contributors),
