@@ -452,3 +452,27 @@ def test_a_participant_mark_moved_as_far_by_another_process_is_kept(tmp_path) ->
     mark.update(LedgerHead(5, "f" * 64, 4, 0), seen)  # as far, not further: kept
     assert mark.read() == LedgerHead(5, "e" * 64, 4, 0)
     assert json.loads(mark.path.read_text())["federation"] == fed.name
+
+
+def test_an_in_memory_mark_written_at_the_start_reads_back(tmp_path) -> None:
+    fed = _fed(tmp_path, storage=None)
+    ServerMark(fed).open()  # just created: starts at zero, written
+    assert ServerMark(fed).read() == LedgerHead()
+
+
+def test_an_opened_mark_appends_nothing_for_a_head_not_further(tmp_path) -> None:
+    fed = _fed(tmp_path)
+    ServerMark(fed).write(LedgerHead(3, "d" * 64, 2, 0))
+    mark = ServerMark(fed)
+    assert mark.open() == LedgerHead(3, "d" * 64, 2, 0)
+    mark.advance(LedgerHead(2, "e" * 64, 1, 0))
+    assert len(mark.path.read_text().splitlines()) == 1
+
+
+def test_the_participant_mark_takes_the_head_it_checked(tmp_path) -> None:
+    fed = _fed(tmp_path)
+    _account(fed, 0)
+    _participant_view(fed, 1, -1)  # as far, but without the head's digest
+    check_participant(fed)
+    head = fed.privacy_ledger().chain().head
+    assert ParticipantMark(fed).read() == LedgerHead(1, head.digest, -1, 0)
