@@ -69,7 +69,9 @@ def test_the_server_mark_is_signed_private_and_read_back_furthest_first(tmp_path
     assert _mode(mark.path) == 0o600 and mark.read() == LedgerHead(2, "d" * 64, 1, 0)
     record = json.loads(mark.path.read_text())
     assert record["federation_id"] == fed.federation_id and record["federation"] == fed.name
+    assert record["version"] == 1
     body = fed.trust.verify("ledger-mark", record["mark"])
+    assert body["federation_id"] == fed.federation_id and isinstance(body["at"], float)
     assert (body["releases"], body["digest"], body["round"], body["restores"]) == (
         2,
         "d" * 64,
