@@ -20,6 +20,7 @@ from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationNotFoundError
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation import pinning
+from optuna_fedbo.federation._damage import FederationDamagedError
 from optuna_fedbo.federation.keys import KEY_FILE_VERSION
 from optuna_fedbo.federation.keys import ServerKeys
 from optuna_fedbo.federation.location import storage_location
@@ -150,8 +151,9 @@ def test_the_server_refuses_a_configuration_its_key_file_was_not_made_for(tmp_pa
         ({"config": None}, "does not name the configuration it serves"),
     ):
         key_file.write_text(json.dumps({**record, **changes}))
-        with pytest.raises(ValueError, match=expected):
+        with pytest.raises(ValueError, match=expected) as error:
             Federation.load(fed.name, storage, key_dir=keys)
+        assert f"The server key file {key_file} " in str(error.value)  # names the file
     key_file.write_text(json.dumps(record))
     assert Federation.load(fed.name, storage, key_dir=keys).config_hash == fed.config_hash
 
@@ -188,3 +190,16 @@ def test_a_pinned_federation_lost_from_its_storage_says_so(tmp_path) -> None:
     with pytest.raises(FederationNotFoundError) as error:
         Federation.load(fed.name, storage, key_dir=tmp_path / "nothing")
     assert "created or joined" not in str(error.value)
+
+
+def test_a_damaged_federation_this_key_directory_pinned_says_whose_pin(tmp_path) -> None:
+    keys = tmp_path / "keys"
+    storage = _journal(tmp_path / "a.log")
+    fed = _create(storage, keys)
+    storage.delete_study(storage.get_study_id_from_name(fed.name))  # its other studies remain
+    with pytest.raises(FederationDamagedError, match="is damaged") as error:
+        Federation.load(fed.name, storage, key_dir=keys)
+    assert f"pinned in {pinning.pin_path(fed.store, keys)}" in str(error.value)
+    with pytest.raises(FederationDamagedError) as error:
+        Federation.load(fed.name, storage, key_dir=tmp_path / "elsewhere")
+    assert "pinned in" not in str(error.value)  # no pin here: the storage's word only
