@@ -203,3 +203,27 @@ def test_a_damaged_federation_this_key_directory_pinned_says_whose_pin(tmp_path)
     with pytest.raises(FederationDamagedError) as error:
         Federation.load(fed.name, storage, key_dir=tmp_path / "elsewhere")
     assert "pinned in" not in str(error.value)  # no pin here: the storage's word only
+
+
+def test_a_site_refuses_another_federation_of_the_name_it_joined_in_that_storage(
+    tmp_path,
+) -> None:
+    site = tmp_path / "site"
+    first = _create(_journal(tmp_path / "a.log"), tmp_path / "op1")
+    joined = Federation.load(first.name, first.storage, key_dir=site,
+                             server_fingerprint=first.fingerprint)  # fmt: skip
+    assert joined.trust.config_hash == first.config_hash  # what uploads are bound to
+    assert pinning.pin_joined(joined.store, joined.trust, site) is not None  # as join() pins
+    (tmp_path / "a.log").unlink()  # the storage replaced: the same name, another federation
+    storage = _journal(tmp_path / "a.log")
+    second = _create(storage, tmp_path / "op2", name=first.name)
+    with pytest.raises(ValueError, match="is not the one this key directory joined"):
+        Federation.load(first.name, storage, key_dir=site, server_fingerprint=second.fingerprint)
+
+
+def test_the_operator_loads_a_federation_able_to_sign(tmp_path) -> None:
+    storage = _journal(tmp_path / "a.log")
+    fed = _create(storage, tmp_path / "keys")
+    loaded = Federation.load(fed.name, storage, key_dir=tmp_path / "keys")
+    assert loaded.is_operator and loaded.trust.config_hash == fed.config_hash
+    assert loaded.trust.verify("p", loaded.trust.sign("p", {"x": 1})) == {"x": 1}
