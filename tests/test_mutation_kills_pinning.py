@@ -22,6 +22,7 @@ from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation import pinning
 from optuna_fedbo.federation._damage import FederationDamagedError
 from optuna_fedbo.federation.keys import KEY_FILE_VERSION
+from optuna_fedbo.federation.keys import KeyFileError
 from optuna_fedbo.federation.keys import ServerKeys
 from optuna_fedbo.federation.location import storage_location
 from optuna_fedbo.federation.store import CONFIG_HASH_KEY
@@ -227,3 +228,18 @@ def test_the_operator_loads_a_federation_able_to_sign(tmp_path) -> None:
     loaded = Federation.load(fed.name, storage, key_dir=tmp_path / "keys")
     assert loaded.is_operator and loaded.trust.config_hash == fed.config_hash
     assert loaded.trust.verify("p", loaded.trust.sign("p", {"x": 1})) == {"x": 1}
+
+
+def test_the_pin_folder_is_private_and_refused_when_others_can_write_it(tmp_path) -> None:
+    fed = _create(_journal(tmp_path / "a.log"), tmp_path / "keys")
+    site = tmp_path / "site" / "keys"
+    old = os.umask(0o002)
+    try:
+        path = pinning.pin_joined(fed.store, fed.trust, site)
+    finally:
+        os.umask(old)
+    for folder in (site.parent / "keys", path.parent):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+    os.chmod(path.parent, 0o770)
+    with pytest.raises(KeyFileError, match=f"{path.parent} can be written by other users"):
+        pinning.check_joined(fed.store, fed.config_hash, site)
