@@ -165,3 +165,54 @@ def test_a_study_deleted_meanwhile_does_not_stop_the_deletion(tmp_path) -> None:
     plan.run()
     assert not any(s == fed.name or s.startswith(f"{fed.name}:") for s in _studies(storage))
     assert all(not p.exists() for p in plan.files)
+
+
+def test_the_main_study_goes_last(tmp_path, monkeypatch) -> None:
+    storage = _journal(tmp_path / "a.log")
+    fed = _create(storage, tmp_path / "keys")
+    plan = key_folder.plan_deletion(fed.name, storage, tmp_path / "keys")
+    deleted: list[str] = []
+    real = storage.delete_study
+    names = {storage.get_study_id_from_name(s): s for s in plan.studies}
+
+    def delete_study(study_id):
+        deleted.append(names[study_id])
+        real(study_id)
+
+    monkeypatch.setattr(storage, "delete_study", delete_study)
+    plan.run()
+    assert deleted[-1] == fed.name and sorted(deleted) == sorted(plan.studies)
+
+
+def test_a_deletion_interrupted_midway_is_finished_by_deleting_again(
+    tmp_path, monkeypatch
+) -> None:
+    keys = tmp_path / "keys"
+    storage = _journal(tmp_path / "a.log")
+    fed = _create(storage, keys)
+    files = key_folder.federation_files(fed.federation_id, keys)
+    key_file = ServerKeys.path(fed.federation_id, keys)
+    real = Path.unlink
+
+    def crash_at_the_key_file(self, missing_ok=False):
+        if self == key_file:
+            raise OSError("interrupted")
+        return real(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", crash_at_the_key_file)
+    with pytest.raises(OSError, match="interrupted"):
+        key_folder.delete_federation(fed.name, storage, key_dir=keys)
+    monkeypatch.undo()
+    again = key_folder.delete_federation(fed.name, storage, key_dir=keys)  # the pin is still there
+    assert again.federation_id == fed.federation_id
+    assert not any(p.exists() for p in files)
+
+
+def test_a_key_file_removed_meanwhile_does_not_stop_the_deletion(tmp_path) -> None:
+    keys = tmp_path / "keys"
+    storage = _journal(tmp_path / "a.log")
+    fed = _create(storage, keys)
+    plan = key_folder.plan_deletion(fed.name, storage, keys)
+    ServerKeys.path(fed.federation_id, keys).unlink()  # by hand, after the plan
+    plan.run()
+    assert not any(p.exists() for p in plan.files)
