@@ -216,3 +216,24 @@ def test_a_key_file_removed_meanwhile_does_not_stop_the_deletion(tmp_path) -> No
     ServerKeys.path(fed.federation_id, keys).unlink()  # by hand, after the plan
     plan.run()
     assert not any(p.exists() for p in plan.files)
+
+
+def test_an_unreadable_pin_sorting_first_hides_no_other_pin(tmp_path) -> None:
+    keys = tmp_path / "keys"
+    fed = _create(_journal(tmp_path / "a.log"), keys)
+    (keys / "joined" / "0000.json").write_text("not json")  # sorts before every digest
+    assert pin_path(fed.store, keys) in key_folder.federation_files(fed.federation_id, keys)
+
+
+def test_a_federation_this_key_folder_never_pinned_loses_its_studies_only(tmp_path) -> None:
+    storage = _journal(tmp_path / "a.log")
+    fed = _create(storage, tmp_path / "operator")
+    plan = key_folder.plan_deletion(fed.name, storage, tmp_path / "elsewhere")
+    assert plan.federation_id is None and plan.files == [] and fed.name in plan.studies
+    assert plan.describe() == (
+        f"federation {fed.name!r}: {len(plan.studies)} studies in {plan.location}, no key files"
+    )
+    assert plan.location.startswith("journal:")
+    plan.run()
+    assert fed.name not in _studies(storage)
+    assert ServerKeys.path(fed.federation_id, tmp_path / "operator").exists()
