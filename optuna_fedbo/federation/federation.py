@@ -850,16 +850,21 @@ class Federation:
 
     # --------------------------------------------------------------------- lifecycle
     def lease(
-        self, client_id: str, *, ttl: float = DEFAULT_LEASE_TTL, public: Any = None
+        self,
+        client_id: str,
+        *,
+        ttl: float = DEFAULT_LEASE_TTL,
+        public: Any = None,
+        worker: str | None = None,
     ) -> Lease:
-        """Claim this process's lease on a participant id (see :mod:`.lease`).
+        """Claim this process's worker lease of a participant id (see :mod:`.lease`).
 
         Raises:
-            ParticipantBusyError: If another live process runs the same id.
+            ParticipantBusyError: If a live process runs the worker named ``worker``.
             ValueError: If the participant is not enrolled or its key is not on this machine.
         """
         key = self._participant_key(check_client_id(client_id))
-        return Lease(self, client_id, key=key, ttl=ttl, public=public)
+        return Lease(self, client_id, key=key, ttl=ttl, public=public, worker=worker)
 
     def lifecycle(self) -> Lifecycle:
         """Participants' states (active, finished, lost) and what keeps rounds from closing."""

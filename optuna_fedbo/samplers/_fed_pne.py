@@ -109,6 +109,8 @@ class FedPNESampler(FedSampler):
             from the operating system's entropy.
         lease_ttl: Seconds after its last heartbeat at which this participant's lease on
             ``client_id`` expires if its process dies (see :class:`~optuna_fedbo.FedSampler`).
+        worker: This worker's name (see :class:`~optuna_fedbo.FedSampler`); ``None``: an
+            anonymous worker.
     """
 
     def __init__(
@@ -125,6 +127,7 @@ class FedPNESampler(FedSampler):
         seed: int | None = None,
         lease_ttl: float = DEFAULT_LEASE_TTL,
         insecure_noise_seed: None = None,
+        worker: str | None = None,
     ) -> None:
         if insecure_noise_seed is not None:
             refuse_insecure_noise_seed("FedPNESampler")
@@ -139,7 +142,7 @@ class FedPNESampler(FedSampler):
         if not poll_interval > 0:
             raise ValueError(f"poll_interval must be > 0, got {poll_interval!r}.")
         self.channel = FedPNEChannel(federation)
-        self._participate(federation, client_id, lease_ttl)
+        self._participate(federation, client_id, lease_ttl, worker)
         self._config = self.channel.config
         self._tag = federation.config_hash[:16]
         self._space = federation.search_space
@@ -398,6 +401,7 @@ class FedPNESampler(FedSampler):
 
     # ------------------------------------------------------------------ trial hooks
     def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        self._start_trial(study, trial)
         self._independent_sampler.before_trial(study, trial)
 
     def after_trial(
