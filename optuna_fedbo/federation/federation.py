@@ -46,6 +46,8 @@ from optuna_fedbo.federation.preset import Preset
 from optuna_fedbo.federation.preset import unpack
 from optuna_fedbo.federation.protocol import DEFAULT_PROTOCOL
 from optuna_fedbo.federation.protocol import get_protocol
+from optuna_fedbo.federation.site_counter import next_counter
+from optuna_fedbo.federation.site_counter import write_newest
 from optuna_fedbo.federation.store import check_client_id
 from optuna_fedbo.federation.store import FederationNotFoundError
 from optuna_fedbo.federation.store import FederationStore
@@ -729,15 +731,25 @@ class Federation:
             check_participant(self)  # never into a federation that went backwards
         opening = opening_for(self._store, round_index)
         with self._lock:
-            self._counter = max(self._counter + 1, time.time_ns())
-            counter = self._counter
+            floor = self._counter
+        counter = next_counter(self._store, client_id, floor)  # unique across the workers
+        with self._lock:
+            self._counter = max(self._counter, counter)
         sealed = self._trust.seal_upload(key, round_index, counter, payload, opening)
         if len(sealed) > MAX_UPLOAD_CHARS:
             raise ValueError(
                 f"The upload of {client_id!r} has {len(sealed):,} characters sealed, over the "
                 f"bound of {MAX_UPLOAD_CHARS:,}; it is not sent."
             )
-        write_to_open_round(self._store, round_index, client_id, sealed)
+        write_newest(
+            self._store,
+            self._trust,
+            key.public_key,
+            round_index,
+            client_id,
+            counter,
+            lambda: write_to_open_round(self._store, round_index, client_id, sealed),
+        )
         with self._lock:
             self._sent[client_id] = (round_index, text_digest(sealed)[:32], resend)
 

@@ -1,0 +1,76 @@
+"""Upload counters of a participant whose workers run in several processes.
+
+Every upload is signed with a counter (:meth:`~optuna_fedbo.federation.trust.Trust.seal_upload`);
+the server keeps the newest counter of each participant in the open round and rejects an older
+one as a replay (:class:`~optuna_fedbo.federation._uploads.UploadCollector`), unchanged. A
+participant's workers (processes, hosts) all upload into its one slot of the round, so their
+counters must never repeat and must grow in the order they are handed out, whatever the workers'
+clocks say. They are allocated by the storage: each counter is the id of a new trial in the study
+``NAME:fedbo:seq:<client_id>`` -- the storage hands out trial ids atomically and increasing, to
+every process alike (SQLite, PostgreSQL, MySQL, journal, in memory).
+
+Handing out in order is not writing in order: a worker that drew a counter may write after one
+that drew a later one. After writing, a worker reads the slot back and writes again if it holds an
+older counter than its own (:func:`write_newest`), so the slot ends with the newest upload; an
+upload the server still missed is re-sent when its round's broadcast lacks its receipt.
+
+Someone with write access to the storage can draw counters too (the slot's counters only grow
+faster) or delete the study (counters may then repeat, as erasing the uploads would do anyway):
+neither makes a forged upload count; signatures and openings are checked as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from optuna_fedbo.federation._uploads import UploadRejected
+from optuna_fedbo.federation.store import FederationStore
+from optuna_fedbo.federation.trust import Trust
+
+#: Times a worker writes its upload again after finding an older one in its slot.
+_REWRITES = 3
+
+
+def _sequence_name(store: FederationStore, client_id: str) -> str:
+    return f"{store.name}:fedbo:seq:{client_id}"
+
+
+def next_counter(store: FederationStore, client_id: str, floor: int = 0) -> int:
+    """A counter for ``client_id``'s next upload: larger than every one handed out before to
+    any of its workers (the storage's next trial id), and than ``floor``."""
+    name = _sequence_name(store, client_id)
+    try:
+        trial_id = store.storage.create_new_trial(store._study_id(name))
+    except KeyError:
+        store._forget(name)
+        trial_id = store.storage.create_new_trial(store._create_study(name))
+    return max(int(trial_id), floor + 1)
+
+
+def write_newest(
+    store: FederationStore,
+    trust: Trust,
+    public_key: bytes,
+    round_index: int,
+    client_id: str,
+    counter: int,
+    write: Callable[[], None],
+) -> None:
+    """Call ``write`` (the upload with ``counter``), then again while the round's slot holds an
+    older upload of the participant (another worker's, written later)."""
+    for _ in range(_REWRITES + 1):
+        write()
+        text = store.read_uploads(round_index).get(client_id)
+        if text is None:
+            return  # the round closed meanwhile (the caller's receipt check re-sends)
+        try:
+            stored, _, _ = trust.check_upload(
+                text, client_id=client_id, public_key=public_key, round_index=round_index
+            )
+        except UploadRejected:
+            continue  # not the participant's own (a forgery written over it): write again
+        if stored >= counter:
+            return
+
+
+__all__ = ["next_counter", "write_newest"]
