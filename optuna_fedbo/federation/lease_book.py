@@ -147,6 +147,8 @@ class LeaseBook:
         self._study_id: int | None = None
         self._lock = threading.Lock()
         self._tracks: dict[str, dict[int, _Track]] = {}
+        #: Epoch studies read at least once, by participant.
+        self._read_epochs: dict[str, set[int]] = {}
         self._verified: dict[str, LeaseRecord] = {}
         self._opened: dict[str, dict[str, Any]] = {}
 
@@ -357,10 +359,12 @@ class LeaseBook:
         now = time.time()
         with self._lock:
             tracks = self._tracks.get(client_id, {})
+            read = self._read_epochs.setdefault(client_id, set())
             open_epochs = [
                 e for e, t in tracks.items() if not t.confirmed or t.record.status(now) == "active"
             ]
-            epoch = max(min(open_epochs, default=max(tracks, default=1)), 1)
+            unread = [e for e in range(1, max(tracks, default=1)) if e not in read]
+            epoch = max(min(open_epochs + unread, default=max(tracks, default=1)), 1)
         start, top = epoch, 0
         while (attrs := self._epoch_attrs(client_id, epoch)) is not None or epoch <= start:
             epoch += 1
@@ -371,6 +375,8 @@ class LeaseBook:
             if value is None and wait > 0 and self._epoch_attrs(client_id, top + 1) is None:
                 value = self._await_record(client_id, top, wait)
             record = None if value is None else self._verify(client_id, value)
+            with self._lock:
+                read.add(top)
             if record is not None and record.epoch == top:
                 self._observe(record, time.time())
                 with self._lock:

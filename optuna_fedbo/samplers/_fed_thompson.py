@@ -204,7 +204,10 @@ class FedThompsonSampler(FedSampler):
         self._poll_interval = poll_interval
         self._n_candidates = n_candidates
         self._n_refinements = n_refinements
-        self._rng = np.random.default_rng(seed)
+        # Each worker of a site its own stream (the first one the seed's own), so that workers
+        # started with one seed do not draw the same points.
+        epoch = self._lease.epoch
+        self._rng = np.random.default_rng(seed if seed is None or epoch == 1 else [seed, epoch])
         self._independent_sampler = independent_sampler or RandomSampler(seed=seed)
         self._warn_independent_sampling = warn_independent_sampling
         self._encoder = federation.encoder

@@ -15,18 +15,19 @@ from the study's trials (and their system attributes) and the federation:
 * **The one-step ranking.** Each finished transfer trial stores how its two models ordered it
   (:data:`ONE_STEP_ATTR`); the ranking is read from the latest of them, whoever ran them.
 * **Which site.** The study is marked as the study of its site (:data:`SITE_ATTR`), and the
-  federation holds the site's binding to its study (signed with the participant's key). A study
+  federation holds the site's binding to its study (signed with the participant's key; the study
+  is recognized by its name, id and first trial, which every worker reads alike). A study
   of another site, or a second study of a site whose workers run another one, is refused with a
   one-line error naming the fix; the worker's first trial is marked failed, nothing is removed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from typing import Any
 from typing import TYPE_CHECKING
-import uuid
 
 import numpy as np
 import optuna
@@ -49,7 +50,7 @@ WORKER_ATTR = "fedbo:worker"
 POINT_ATTR = "fedbo:point"
 #: Trial system attribute: ``[own, transfer]`` misordered fractions of a finished trial.
 ONE_STEP_ATTR = "fedbo:one_step"
-#: Study system attribute: ``{"federation", "client", "study"}`` of the site the study is.
+#: Study system attribute: ``{"federation", "client"}`` of the site the study is.
 SITE_ATTR = "fedbo:site"
 #: Purpose of the signed binding of a site to its study, and its key in the leases study.
 _SITE_PURPOSE = "site"
@@ -139,22 +140,15 @@ class SiteState:
         federation = sampler.federation
         storage, study_id = study._storage, study._study_id
         mark = storage.get_study_system_attrs(study_id).get(SITE_ATTR)
+        owner = (federation.federation_id, sampler.client_id)
         if isinstance(mark, dict):
-            owner = (mark.get("federation"), mark.get("client"))
-            if owner != (federation.federation_id, sampler.client_id):
+            if (mark.get("federation"), mark.get("client")) != owner:
                 raise SiteMismatchError(_other_site(study, mark, sampler))
-            uid = str(mark.get("study"))
-        else:
-            uid = uuid.uuid4().hex
+        else:  # every worker writes the same mark: no race between them
             storage.set_study_system_attr(
-                study_id,
-                SITE_ATTR,
-                {
-                    "federation": federation.federation_id,
-                    "client": sampler.client_id,
-                    "study": uid,
-                },
+                study_id, SITE_ATTR, {"federation": owner[0], "client": owner[1]}
             )
+        uid = _study_uid(study)
         self._check_binding(study, uid)
         with self._lock:
             self._bound[key] = uid
@@ -200,6 +194,16 @@ class SiteState:
         record = federation.trust.sign_as(key, _SITE_PURPOSE, body)
         book = lease_book(federation)
         book.storage.set_study_system_attr(book._id(), _SITE_PREFIX + sampler.client_id, record)
+
+
+def _study_uid(study: Study) -> str:
+    """What tells the study apart from any other, the same for every worker that reads it: its
+    name and id and the id and start time of its first trial (every worker has one by then)."""
+    storage = study._storage
+    first = storage.get_trial(storage.get_trial_id_from_study_id_trial_number(study._study_id, 0))
+    started = "" if first.datetime_start is None else first.datetime_start.isoformat()
+    text = f"{study.study_name}\n{study._study_id}\n{first._trial_id}\n{started}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def _other_site(study: Study, mark: dict[str, Any], sampler: FedSampler) -> str:
