@@ -202,6 +202,7 @@ class Federation:
         self._keys: dict[str, ParticipantKey] = {}
         self._public_keys: dict[str, bytes] = {}
         self._counter = 0
+        self._upload_lock = threading.Lock()
         self._sent: dict[str, tuple[int, str, Any]] = {}
         self._encoder = SearchSpaceEncoder(config.search_space)
         self._lock = threading.Lock()
@@ -730,26 +731,24 @@ class Federation:
         if self._privacy is not None:
             check_participant(self)  # never into a federation that went backwards
         opening = opening_for(self._store, round_index)
-        with self._lock:
-            floor = self._counter
-        counter = next_counter(self._store, client_id, floor)  # unique across the workers
-        with self._lock:
+        with self._upload_lock:  # this process's threads: drawn and written in one order
+            counter = next_counter(self._store, client_id, self._counter)  # across workers
             self._counter = max(self._counter, counter)
-        sealed = self._trust.seal_upload(key, round_index, counter, payload, opening)
-        if len(sealed) > MAX_UPLOAD_CHARS:
-            raise ValueError(
-                f"The upload of {client_id!r} has {len(sealed):,} characters sealed, over the "
-                f"bound of {MAX_UPLOAD_CHARS:,}; it is not sent."
+            sealed = self._trust.seal_upload(key, round_index, counter, payload, opening)
+            if len(sealed) > MAX_UPLOAD_CHARS:
+                raise ValueError(
+                    f"The upload of {client_id!r} has {len(sealed):,} characters sealed, over "
+                    f"the bound of {MAX_UPLOAD_CHARS:,}; it is not sent."
+                )
+            write_newest(
+                self._store,
+                self._trust,
+                key.public_key,
+                round_index,
+                client_id,
+                counter,
+                lambda: write_to_open_round(self._store, round_index, client_id, sealed),
             )
-        write_newest(
-            self._store,
-            self._trust,
-            key.public_key,
-            round_index,
-            client_id,
-            counter,
-            lambda: write_to_open_round(self._store, round_index, client_id, sealed),
-        )
         with self._lock:
             self._sent[client_id] = (round_index, text_digest(sealed)[:32], resend)
 

@@ -10,9 +10,12 @@ clocks say. They are allocated by the storage: each counter is the id of a new t
 every process alike (SQLite, PostgreSQL, MySQL, journal, in memory).
 
 Handing out in order is not writing in order: a worker that drew a counter may write after one
-that drew a later one. After writing, a worker reads the slot back and writes again if it holds an
-older counter than its own (:func:`write_newest`), so the slot ends with the newest upload; an
-upload the server still missed is re-sent when its round's broadcast lacks its receipt.
+that drew a later one. The threads of one process write one at a time (the federation handle's
+upload lock); across processes, a worker does not write over a newer upload, and after writing it
+reads the slot back and writes again if it holds an older counter than its own
+(:func:`write_newest`), so the slot ends with the newest upload but in a window of a few
+milliseconds; an upload the server still missed is re-sent when its round's broadcast lacks its
+receipt.
 
 Someone with write access to the storage can draw counters too (the slot's counters only grow
 faster) or delete the study (counters may then repeat, as erasing the uploads would do anyway):
@@ -56,20 +59,28 @@ def write_newest(
     counter: int,
     write: Callable[[], None],
 ) -> None:
-    """Call ``write`` (the upload with ``counter``), then again while the round's slot holds an
-    older upload of the participant (another worker's, written later)."""
-    for _ in range(_REWRITES + 1):
-        write()
+    """Call ``write`` (the upload with ``counter``) unless the round's slot holds a newer upload
+    of the participant already, then again while the slot holds an older one (another worker's,
+    written later). Skipping costs nothing lasting: the worker's next upload counts."""
+
+    def stored() -> int | None:
         text = store.read_uploads(round_index).get(client_id)
         if text is None:
-            return  # the round closed meanwhile (the caller's receipt check re-sends)
+            return None
         try:
-            stored, _, _ = trust.check_upload(
+            return trust.check_upload(
                 text, client_id=client_id, public_key=public_key, round_index=round_index
-            )
+            )[0]
         except UploadRejected:
-            continue  # not the participant's own (a forgery written over it): write again
-        if stored >= counter:
+            return None  # not the participant's own (a forgery): write over it
+
+    newest = stored()
+    if newest is not None and newest > counter:
+        return
+    for _ in range(_REWRITES + 1):
+        write()
+        newest = stored()
+        if newest is None or newest >= counter:
             return
 
 
