@@ -263,6 +263,11 @@ class LeaseBook:
         with self._lock:
             return {e: t.record for e, t in self._tracks.get(client_id, {}).items()}
 
+    def live_workers(self, client_id: str) -> int:
+        """How many of ``client_id``'s workers this reader last saw live (no storage read)."""
+        now = time.time()
+        return sum(r.status(now) == "active" for r in self.workers(client_id).values())
+
     def site_state(self, client_id: str, now: float | None = None) -> ParticipantState | None:
         """A participant's state over its workers: active while any worker is (the newest
         heartbeat; the counts summed over every worker); else as its last worker to end."""
