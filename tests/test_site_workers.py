@@ -29,6 +29,7 @@ from optuna_fedbo import FedSampler
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
+from optuna_fedbo.federation._uploads import UploadCollector
 from optuna_fedbo.federation.lease import lease_book
 from optuna_fedbo.samplers._site_state import SiteMismatchError
 from optuna_fedbo.samplers._site_state import WORKER_ATTR
@@ -230,3 +231,28 @@ def test_two_studies_under_one_client_id_are_refused_with_the_fix(tmp_path, monk
     assert sum(t.state == TrialState.COMPLETE for t in kept.trials) == 3
     for sampler in (first, second, stranger):
         sampler.finish()
+
+
+def test_upload_counters_grow_across_workers_whatever_their_clocks(tmp_path, monkeypatch) -> None:
+    storage, _ = _storages("sqlite", tmp_path)
+    fed = _federation(storage)
+    fed.join("site-0")
+    # Two workers of site-0 (two handles: two processes' state), the second one's clock 1 h
+    # behind: the server keeps the newest counter of the round and refuses an older one.
+    ahead, behind = Federation.load(fed.name, storage), Federation.load(fed.name, storage)
+    key = fed.public_key_of("site-0")
+    collector = UploadCollector(  # the server's replay check, fed each upload as it lands
+        lambda c, t, r: fed.trust.open_upload(t, client_id=c, public_key=key, round_index=r)
+    )
+    counters, rejected = [], []
+    for worker, skew in ((ahead, 0), (behind, -3600 * 10**9), (ahead, 0), (behind, -3600 * 10**9)):
+        real = time.time_ns
+        monkeypatch.setattr(time, "time_ns", lambda real=real, skew=skew: real() + skew)
+        worker.upload("site-0", [0.5] * worker.fts.upload_length, n_observations=1, iteration=0)
+        monkeypatch.undo()
+        text = fed.store.read_uploads(0)["site-0"]
+        counters.append(fed.trust.check_upload(text, client_id="site-0", public_key=key,
+                                               round_index=0)[0])  # fmt: skip
+        rejected += collector.collect({"site-0": text}, 0, lambda c, p: p)[1]
+    assert counters == sorted(set(counters))  # never repeated, never backwards
+    assert rejected == []  # no upload of a worker taken for a replay
