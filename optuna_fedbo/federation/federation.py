@@ -19,7 +19,6 @@ from optuna.distributions import BaseDistribution
 from optuna.exceptions import DuplicatedStudyError
 from optuna.storages import BaseStorage
 
-from optuna_fedbo.federation._damage import write_to_open_round
 from optuna_fedbo.federation._openings import opening_for
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.config import FederationConfig
@@ -46,13 +45,11 @@ from optuna_fedbo.federation.preset import Preset
 from optuna_fedbo.federation.preset import unpack
 from optuna_fedbo.federation.protocol import DEFAULT_PROTOCOL
 from optuna_fedbo.federation.protocol import get_protocol
-from optuna_fedbo.federation.site_counter import next_counter
-from optuna_fedbo.federation.site_counter import write_newest
+from optuna_fedbo.federation.site_counter import UploadSender
 from optuna_fedbo.federation.store import check_client_id
 from optuna_fedbo.federation.store import FederationNotFoundError
 from optuna_fedbo.federation.store import FederationStore
 from optuna_fedbo.federation.store import resolve_storage
-from optuna_fedbo.federation.trust import MAX_UPLOAD_CHARS
 from optuna_fedbo.federation.trust import text_digest
 from optuna_fedbo.federation.trust import Trust
 from optuna_fedbo.federation.watermark import check_participant
@@ -201,8 +198,7 @@ class Federation:
         self._key_dir = key_dir
         self._keys: dict[str, ParticipantKey] = {}
         self._public_keys: dict[str, bytes] = {}
-        self._counter = 0
-        self._upload_lock = threading.Lock()
+        self._sender = UploadSender(store, trust)
         self._sent: dict[str, tuple[int, str, Any]] = {}
         self._encoder = SearchSpaceEncoder(config.search_space)
         self._lock = threading.Lock()
@@ -731,24 +727,7 @@ class Federation:
         if self._privacy is not None:
             check_participant(self)  # never into a federation that went backwards
         opening = opening_for(self._store, round_index)
-        with self._upload_lock:  # this process's threads: drawn and written in one order
-            counter = next_counter(self._store, client_id, self._counter)  # across workers
-            self._counter = max(self._counter, counter)
-            sealed = self._trust.seal_upload(key, round_index, counter, payload, opening)
-            if len(sealed) > MAX_UPLOAD_CHARS:
-                raise ValueError(
-                    f"The upload of {client_id!r} has {len(sealed):,} characters sealed, over "
-                    f"the bound of {MAX_UPLOAD_CHARS:,}; it is not sent."
-                )
-            write_newest(
-                self._store,
-                self._trust,
-                key.public_key,
-                round_index,
-                client_id,
-                counter,
-                lambda: write_to_open_round(self._store, round_index, client_id, sealed),
-            )
+        sealed = self._sender.send(key, round_index, payload, opening)  # :mod:`.site_counter`
         with self._lock:
             self._sent[client_id] = (round_index, text_digest(sealed)[:32], resend)
 

@@ -25,9 +25,13 @@ neither makes a forged upload count; signatures and openings are checked as befo
 from __future__ import annotations
 
 from collections.abc import Callable
+import threading
 
+from optuna_fedbo.federation._damage import write_to_open_round
 from optuna_fedbo.federation._uploads import UploadRejected
+from optuna_fedbo.federation.keys import ParticipantKey
 from optuna_fedbo.federation.store import FederationStore
+from optuna_fedbo.federation.trust import MAX_UPLOAD_CHARS
 from optuna_fedbo.federation.trust import Trust
 
 #: Times a worker writes its upload again after finding an older one in its slot.
@@ -84,4 +88,48 @@ def write_newest(
             return
 
 
-__all__ = ["next_counter", "write_newest"]
+class UploadSender:
+    """Seals and writes a process's uploads: the counter drawn, the upload sealed and written
+    under one lock (the threads of a process write in the order they drew).
+
+    Args:
+        store: The federation's store.
+        trust: The federation's trust (seals to the server, checks the slot's counter).
+    """
+
+    def __init__(self, store: FederationStore, trust: Trust) -> None:
+        self._store = store
+        self._trust = trust
+        self._lock = threading.Lock()
+        self._floor = 0
+
+    def send(self, key: ParticipantKey, round_index: int, payload: str, opening: str) -> str:
+        """Seal ``payload`` as ``key``'s upload to ``round_index`` and write it; the sealed text.
+
+        Raises:
+            ValueError: If the sealed upload is over the bound (nothing is written).
+            KeyError: If the round closed meanwhile.
+        """
+        client_id = key.client_id
+        with self._lock:
+            counter = next_counter(self._store, client_id, self._floor)
+            self._floor = max(self._floor, counter)
+            sealed = self._trust.seal_upload(key, round_index, counter, payload, opening)
+            if len(sealed) > MAX_UPLOAD_CHARS:
+                raise ValueError(
+                    f"The upload of {client_id!r} has {len(sealed):,} characters sealed, over "
+                    f"the bound of {MAX_UPLOAD_CHARS:,}; it is not sent."
+                )
+            write_newest(
+                self._store,
+                self._trust,
+                key.public_key,
+                round_index,
+                client_id,
+                counter,
+                lambda: write_to_open_round(self._store, round_index, client_id, sealed),
+            )
+        return sealed
+
+
+__all__ = ["UploadSender", "next_counter", "write_newest"]

@@ -35,7 +35,6 @@ from optuna_fedbo.core.pooling import pack_blocks
 from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.core.threads import one_blas_thread
-from optuna_fedbo.core.transfer import misordered_fraction
 from optuna_fedbo.core.transfer import prior_weight
 from optuna_fedbo.core.transfer import ranking_weight
 from optuna_fedbo.federation._codec import vector_digest
@@ -53,7 +52,7 @@ from optuna_fedbo.samplers._observations import TrialObservations
 from optuna_fedbo.samplers._rff_thompson import RFFThompsonSampler
 from optuna_fedbo.samplers._site_state import one_step_ranking
 from optuna_fedbo.samplers._site_state import running_points
-from optuna_fedbo.samplers._site_state import set_one_step
+from optuna_fedbo.samplers._site_state import score_one_step
 from optuna_fedbo.samplers._site_state import set_point
 from optuna_fedbo.samplers._waiting import Waits
 
@@ -204,9 +203,7 @@ class FedThompsonSampler(FedSampler):
         self._poll_interval = poll_interval
         self._n_candidates = n_candidates
         self._n_refinements = n_refinements
-        # Each worker of a site its own stream (the first one the seed's own), so that workers
-        # started with one seed do not draw the same points.
-        epoch = self._lease.epoch
+        epoch = self._lease.epoch  # each worker its own stream: not one point twice
         self._rng = np.random.default_rng(seed if seed is None or epoch == 1 else [seed, epoch])
         self._independent_sampler = independent_sampler or RandomSampler(seed=seed)
         self._warn_independent_sampling = warn_independent_sampling
@@ -742,13 +739,7 @@ class FedThompsonSampler(FedSampler):
             prediction = self._predictions.pop(trial._trial_id, None)
         value = _finished_value(study, state, values)
         if prediction is not None and value is not None:
-            own_prediction, transfer_prediction, (mean, std), previous = prediction
-            scaled = (value - mean) / std
-            losses = (
-                misordered_fraction(own_prediction, scaled, previous),
-                misordered_fraction(transfer_prediction, scaled, previous),
-            )
-            set_one_step(study, trial, losses)  # read back by every worker of the site
+            score_one_step(study, trial, prediction, value)  # read back by every worker
         self._note_params(trial, state == TrialState.COMPLETE)
         if self.federation_finished or self.budget_exhausted:
             return  # nothing will be published any more: nothing leaves the participant

@@ -35,6 +35,7 @@ from optuna.study import Study
 from optuna.trial import FrozenTrial
 from optuna.trial import TrialState
 
+from optuna_fedbo.core.transfer import misordered_fraction
 from optuna_fedbo.core.transfer import OneStepRanking
 from optuna_fedbo.federation.lease_book import lease_book
 from optuna_fedbo.federation.trust import UntrustedRecordError
@@ -262,12 +263,22 @@ def running_points(study: Study, trial: FrozenTrial, n_columns: int) -> np.ndarr
     return np.asarray(rows, dtype=float).reshape(-1, n_columns)
 
 
-def set_one_step(study: Study, trial: FrozenTrial, losses: tuple[float, float]) -> None:
-    """Store how the two models ordered a finished trial (see :func:`one_step_ranking`)."""
+def score_one_step(
+    study: Study,
+    trial: FrozenTrial,
+    prediction: tuple[float, float, tuple[float, float], np.ndarray],
+    value: float,
+) -> None:
+    """Store how the two models ordered a finished trial (see :func:`one_step_ranking`):
+    ``prediction`` is ``(own, transfer, (mean, std), earlier normalized values)``."""
+    own, transfer, (mean, std), previous = prediction
+    scaled = (value - mean) / std
+    losses = [
+        misordered_fraction(own, scaled, previous),
+        misordered_fraction(transfer, scaled, previous),
+    ]
     try:
-        study._storage.set_trial_system_attr(
-            trial._trial_id, ONE_STEP_ATTR, [float(x) for x in losses]
-        )
+        study._storage.set_trial_system_attr(trial._trial_id, ONE_STEP_ATTR, losses)
     except Exception:
         _logger.debug("Could not store the trial's one-step scores.", exc_info=True)
 
@@ -294,6 +305,6 @@ __all__ = [
     "SiteState",
     "one_step_ranking",
     "running_points",
-    "set_one_step",
+    "score_one_step",
     "set_point",
 ]
