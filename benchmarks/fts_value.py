@@ -7,7 +7,7 @@ budget of ``--trials`` trials. Side by side, on the same sites and seeds:
   ``gp`` (:class:`optuna.samplers.GPSampler`, when torch imports);
 * local sampling, each site alone: ``local-gp`` (:class:`~optuna_fedbo.LocalGPSampler`, the
   default's local model without the federation) and ``local-ts`` (RFF Thompson sampling);
-* ``fts``: :class:`~optuna_fedbo.FedThompsonSampler` with the default :class:`FTSConfig`
+* ``fts``: :class:`~optuna_fedbo.FedTransferSampler` with the default :class:`FTSConfig`
   (multi-scale shared features, space-filling initial design, shared normalization, the
   server's posterior given everyone's pooled statistics without DP and the average of the
   sites' posterior means with it, the broadcast as a weighted prior mean of the local GP,
@@ -481,7 +481,7 @@ def feature_options(
     values themselves, standardized together by the server) on the block of features of
     largest evidence (:mod:`optuna_fedbo.core.pooling`; 100 shared features here).
     """
-    from optuna_fedbo.core.gp import fit_gp
+    from optuna_fedbo.core.gp_fit import fit_gp
     from optuna_fedbo.core.local_model import normalization
     from optuna_fedbo.core.pooling import pooling_feature_maps
     from optuna_fedbo.core.pooling import select_posterior
@@ -616,7 +616,7 @@ def overhead(n_trials: int) -> None:
 def _overhead_table(n_trials: int, dims: int, condition: str) -> None:
     from optuna_fedbo import Federation
     from optuna_fedbo import FederationServer
-    from optuna_fedbo import FedThompsonSampler
+    from optuna_fedbo import FedTransferSampler
 
     space = {f"x{i}": optuna.distributions.FloatDistribution(0.0, 1.0) for i in range(dims)}
 
@@ -639,7 +639,7 @@ def _overhead_table(n_trials: int, dims: int, condition: str) -> None:
                 f"overhead-{time.time_ns()}", search_space=space, n_clients=2, protocol=protocol
             )
             server = FederationServer(fed)
-            sampler = FedThompsonSampler(fed, "site", seed=0)
+            sampler = FedTransferSampler(fed, "site", seed=0)
         elif name == "local-gp":
             sampler, server = LocalGPSampler(seed=0), None
         else:

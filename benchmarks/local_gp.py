@@ -225,11 +225,12 @@ def blas_limit_disabled() -> Iterator[None]:
     """Replace the one-BLAS-thread limit by a no-op (to measure what it saves)."""
     import optuna_fedbo.core.acquisition as acquisition
     import optuna_fedbo.core.gp as gp
+    import optuna_fedbo.core.gp_fit as gp_fit
     import optuna_fedbo.core.posterior as posterior
     import optuna_fedbo.samplers._local_gp as local_gp
     import optuna_fedbo.samplers._rff_thompson as rff_thompson
 
-    modules = (acquisition, gp, posterior, local_gp, rff_thompson)
+    modules = (acquisition, gp, gp_fit, posterior, local_gp, rff_thompson)
     saved = [m.one_blas_thread for m in modules]
     for m in modules:
         m.one_blas_thread = contextlib.nullcontext  # type: ignore[assignment]

@@ -4,11 +4,12 @@
 ``gamma``) by 3-fold cross-validated accuracy, as in ``examples/federated_svc.py``, but as a real
 deployment: the federation lives in a SQLite file, a server thread runs
 ``FederationServer.serve()`` and every site runs ``study.optimize`` in its own thread with a
-synchronous :class:`~optuna_fedbo.FedThompsonSampler`. The federation is created with the
+synchronous :class:`~optuna_fedbo.FedSampler` (a :class:`~optuna_fedbo.FedTransferSampler`:
+the default ``FTSConfig.transfer``). The federation is created with the
 DP-FTS-DE paper's privacy settings (``z = 1``, ``q = 0.35``, ``S = 22``, ``delta = 1/N^1.1``)
 and an epsilon budget: every round is accounted in the privacy ledger before its broadcast is
 readable; when the next round would exceed the budget the server stops and the sites carry on
-with local Thompson sampling (no further privacy is spent).
+with their local model (no further privacy is spent).
 
 Printed: the server's rounds (epsilon after each; how many vectors were selected and clipped,
 which only the server sees), the ledger (``optuna-fedbo status --ledger`` shows the same), and

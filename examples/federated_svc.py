@@ -8,7 +8,7 @@ affords only 15 trials. The sites' accuracy surfaces share their shape (which ``
 
 Compared, on the same sites and seeds:
 
-* ``federated``: :class:`~optuna_fedbo.FedThompsonSampler` with the default
+* ``federated``: :class:`~optuna_fedbo.FedTransferSampler` with the default
   :class:`~optuna_fedbo.FTSConfig`: a space-filling start of 5 trials per site, then each site's
   own GP with the federation's broadcast as a prior mean, weighted by how well it predicts the
   site's own trials, and dropped while the GP alone predicts the site's new trials better. Only

@@ -18,6 +18,7 @@ from optuna_fedbo.samplers import FedPNEPhaseTimeout
 from optuna_fedbo.samplers import FedPNESampler
 from optuna_fedbo.samplers import FedSampler
 from optuna_fedbo.samplers import FedThompsonSampler
+from optuna_fedbo.samplers import FedTransferSampler
 from optuna_fedbo.samplers import LDPUCBSampler
 from optuna_fedbo.samplers import LocalGPSampler
 from optuna_fedbo.samplers import RFFThompsonSampler
@@ -35,6 +36,7 @@ __all__ = [
     "FedPNESampler",
     "FedSampler",
     "FedThompsonSampler",
+    "FedTransferSampler",
     "Federation",
     "LDPUCBSampler",
     "LaplaceMechanism",

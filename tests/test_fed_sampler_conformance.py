@@ -3,9 +3,10 @@
 Each case gets a federation whose search space is the case's own distributions and which already
 holds a published broadcast (FTS family: round 0; Fed-PNE: phase 2), with and without
 differential privacy. The participant is set to use the federation at every trial it can (FTS:
-no initial design and ``p_t = 0``; Fed-PNE: the published phase, then its best node), and after
-each case the federated step must have run: the suite exercises the federated code path, not a
-fallback.
+no initial design; Fed-PNE: the published phase, then its best node), and after each case the
+federated step must have run: the suite exercises the federated code path, not a fallback. The
+FTS cases run the default participant, FedTransferSampler (the papers' FedThompsonSampler runs
+the relative cases on its federated path in tests/test_federation_sampler.py).
 """
 
 from __future__ import annotations
@@ -161,7 +162,6 @@ class _FTSCases(BasicSamplerTestCase, RelativeSamplerTestCase, SingleOnlySampler
         yield from _conformance_sampler(
             request,
             lambda space: _fts_federation(space, self.private),
-            schedule=lambda t: 0.0,  # the broadcast at every BO iteration
             n_candidates=32,
             n_refinements=1,
         )

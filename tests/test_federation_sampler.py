@@ -194,7 +194,7 @@ def test_the_upload_posterior_is_reused_only_for_the_same_observations() -> None
             sampler._fts.noise_variance, standardize=sampler._normalization()
         )
         np.testing.assert_allclose(used.mean, expected.mean, rtol=1e-10, atol=1e-12)
-        calls.append(used is sampler._uploaded_posterior[1])
+        calls.append(used is sampler._uploads._posterior[1])
         return used
 
     sampler._posterior = spy

@@ -15,13 +15,13 @@ import pytest
 
 from optuna_fedbo import LocalGPSampler
 from optuna_fedbo.core.acquisition import LinearAcquisition
-from optuna_fedbo.core.gp import REFIT_GROWTH
+from optuna_fedbo.core.gp_fit import REFIT_GROWTH
 from optuna_fedbo.core.local_model import normalization
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
-from optuna_fedbo.samplers import _fed_thompson
-from optuna_fedbo.samplers._fed_thompson import FedThompsonSampler
+from optuna_fedbo.samplers import _fed_transfer
+from optuna_fedbo.samplers._fed_transfer import FedTransferSampler
 from optuna_fedbo.samplers._site_state import ONE_STEP_ATTR
 from optuna_fedbo.samplers._site_state import one_step_ranking
 from optuna_fedbo.simulation import simulate
@@ -129,7 +129,7 @@ def _federation(n_clients: int = 2, **protocol) -> Federation:
 
 def test_initial_design_is_a_latin_hypercube_over_the_whole_space() -> None:
     fed = _federation()
-    study = optuna.create_study(sampler=FedThompsonSampler(fed, "a", seed=0))
+    study = optuna.create_study(sampler=FedTransferSampler(fed, "a", seed=0))
     study.optimize(lambda t: t.suggest_float("x", 0, 1) + t.suggest_float("y", 0, 1), n_trials=5)
     points = np.array([[t.params["x"], t.params["y"]] for t in study.trials])
     for column in points.T:  # one point in each fifth of each axis
@@ -139,7 +139,7 @@ def test_initial_design_is_a_latin_hypercube_over_the_whole_space() -> None:
 
 def test_a_late_joiner_uses_the_broadcast_from_its_first_trial() -> None:
     fed = _federation(min_contributors=1)  # the first broadcast is of one participant
-    early = optuna.create_study(direction="maximize", sampler=FedThompsonSampler(fed, "a", seed=0))
+    early = optuna.create_study(direction="maximize", sampler=FedTransferSampler(fed, "a", seed=0))
 
     def objective(trial: optuna.Trial) -> float:
         x, y = trial.suggest_float("x", 0, 1), trial.suggest_float("y", 0, 1)
@@ -147,7 +147,7 @@ def test_a_late_joiner_uses_the_broadcast_from_its_first_trial() -> None:
 
     early.optimize(objective, n_trials=8)
     FederationServer(fed).step(force=True)
-    late = optuna.create_study(direction="maximize", sampler=FedThompsonSampler(fed, "b", seed=1))
+    late = optuna.create_study(direction="maximize", sampler=FedTransferSampler(fed, "b", seed=1))
     late.optimize(objective, n_trials=2)
     assert late.trials[0].system_attrs["fedbo:mode"] == "federated"
     assert late.trials[1].system_attrs["fedbo:mode"] == "init"
@@ -191,7 +191,7 @@ def _add_scored(study: optuna.Study, losses: tuple[float, float]) -> None:
 
 def test_the_own_gp_replaces_a_broadcast_that_ordered_the_latest_trials_worse() -> None:
     fed = _federation(min_contributors=1)  # the first broadcast is of one participant
-    sampler = FedThompsonSampler(fed, "a", seed=0)
+    sampler = FedTransferSampler(fed, "a", seed=0)
     study = optuna.create_study(direction="maximize", sampler=sampler)
 
     def objective(trial: optuna.Trial) -> float:
@@ -226,12 +226,12 @@ def test_the_broadcast_is_weighed_again_as_often_as_hyperparameters_are_refitted
 ) -> None:
     """At every trial in small studies; from REFIT_FROM observations on, once the observations
     have grown by 10% or the broadcast comes on another feature block."""
-    monkeypatch.setattr(_fed_thompson, "REFIT_FROM", 8)
+    monkeypatch.setattr(_fed_transfer, "REFIT_FROM", 8)
     fed = _federation(n_clients=1)
     server = FederationServer(fed)
-    sampler = FedThompsonSampler(fed, "a", seed=0)
+    sampler = FedTransferSampler(fed, "a", seed=0)
     steps, weighings = [], []
-    broadcast_function, prior_weight = sampler._broadcast_function, _fed_thompson.prior_weight
+    broadcast_function, prior_weight = sampler._broadcast_function, _fed_transfer.prior_weight
 
     def step(broadcast):
         function = broadcast_function(broadcast)
@@ -248,7 +248,7 @@ def test_the_broadcast_is_weighed_again_as_often_as_hyperparameters_are_refitted
         return prior_weight(posterior, *args)
 
     monkeypatch.setattr(sampler, "_broadcast_function", step)
-    monkeypatch.setattr(_fed_thompson, "prior_weight", weigh)
+    monkeypatch.setattr(_fed_transfer, "prior_weight", weigh)
     study = optuna.create_study(direction="maximize", sampler=sampler)
     weights = []
 

@@ -28,7 +28,7 @@ from optuna_fedbo.federation.fts.presets import PRIVACY_PRESETS
 from optuna_fedbo.federation.key_folder import federation_files
 from optuna_fedbo.federation.keys import ServerKeys
 from optuna_fedbo.federation.location import persists_keys
-from optuna_fedbo.federation.store import resolve_storage
+from optuna_fedbo.federation.storages import resolve_storage
 
 ROOT = Path(__file__).parents[1]
 SPACE = {"x": FloatDistribution(0.0, 1.0)}

@@ -27,7 +27,7 @@ from optuna_fedbo.federation.cli import main as cli_main
 from optuna_fedbo.federation.fts.messages import parse_broadcast
 from optuna_fedbo.federation.fts.messages import parse_upload
 from optuna_fedbo.federation.lease import lease_book
-from optuna_fedbo.federation.store import resolve_storage
+from optuna_fedbo.federation.storages import resolve_storage
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -49,17 +49,39 @@ def _fts(n_clients: int = 2, storage=None, **protocol) -> Federation:
 # ------------------------------------------------------------------------------ FedSampler
 def test_fed_sampler_is_the_protocols_sampler() -> None:
     fts = fb.FedSampler(_fts(), client_id="a", seed=0)
-    assert type(fts) is fb.FedThompsonSampler
+    assert type(fts) is fb.FedTransferSampler  # FTSConfig(transfer="prior"), the default
     assert isinstance(fts, fb.FedSampler) and isinstance(fts, optuna.samplers.BaseSampler)
+    papers = fb.FedSampler(_fts(transfer="schedule"), client_id="a", seed=0)
+    assert type(papers) is fb.FedThompsonSampler
     pne_fed = Federation.create(
         "pne-life", search_space=SPACE, n_clients=1, protocol=FedPNEConfig(horizon=40)
     )
     pne = fb.FedSampler(pne_fed, client_id="b", seed=0, phase_timeout=None)
     assert type(pne) is fb.FedPNESampler and isinstance(pne, fb.FedSampler)
     # The specific classes stay, and are FedSamplers too.
-    assert isinstance(fb.FedThompsonSampler(_fts(), "c", seed=0), fb.FedSampler)
+    assert isinstance(fb.FedThompsonSampler(_fts(transfer="schedule"), "c", seed=0), fb.FedSampler)
+    assert isinstance(fb.FedTransferSampler(_fts(), "c", seed=0), fb.FedSampler)
     with pytest.raises(ValueError, match="must be a Federation"):
         fb.FedSampler("not a federation", client_id="a")
+
+
+def test_each_fts_participant_class_runs_only_its_own_algorithm() -> None:
+    # FedThompsonSampler built either participant until 0.1: on a transfer="prior" federation
+    # it still builds that federation's participant, with a FutureWarning naming the fix.
+    with pytest.warns(FutureWarning, match=r"use FedSampler\(\.\.\.\) or FedTransferSampler"):
+        legacy = fb.FedThompsonSampler(_fts(), "a", seed=0)
+    assert type(legacy) is fb.FedTransferSampler and legacy.client_id == "a"
+    with pytest.raises(ValueError, match=r"uses transfer='schedule': use FedSampler"):
+        fb.FedTransferSampler(_fts(transfer="schedule"), "b", seed=0)
+    with pytest.warns(FutureWarning, match="schedule has no effect on FedTransferSampler"):
+        fb.FedSampler(_fts(), client_id="c", schedule="1-1/t")
+    with pytest.raises(ValueError, match="not FTS"):
+        fb.FedThompsonSampler(
+            Federation.create(
+                "pne-x", search_space=SPACE, n_clients=1, protocol=FedPNEConfig(horizon=40)
+            ),
+            "d",
+        )
 
 
 def test_counts_tell_initial_local_and_federated_trials() -> None:

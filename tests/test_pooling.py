@@ -31,7 +31,7 @@ from optuna_fedbo.federation._codec import vector_digest
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.fts.messages import encode_upload
 from optuna_fedbo.federation.fts.messages import parse_upload
-from optuna_fedbo.samplers import FedThompsonSampler
+from optuna_fedbo.samplers import FedTransferSampler
 
 SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
 M = 12
@@ -412,7 +412,7 @@ def test_a_pooled_participant_refreshes_its_statistics_every_five_percent(monkey
     monkeypatch.setattr("optuna_fedbo.federation.fts.server.select_posterior", counted)
     fed = _federation(n_clients=1, n_init=2)
     server = FederationServer(fed, discard_uploads=False)
-    study = optuna.create_study(sampler=FedThompsonSampler(fed, "c0", seed=0))
+    study = optuna.create_study(sampler=FedTransferSampler(fed, "c0", seed=0))
     previous = None
     fresh = []
     for round_index in range(30):
@@ -431,7 +431,7 @@ def test_a_pooled_participant_refreshes_its_statistics_every_five_percent(monkey
 # --------------------------------------------------------------------------- participant
 def test_participants_upload_the_statistics_of_their_oriented_values() -> None:
     fed = _federation(n_clients=1, n_init=4)
-    sampler = FedThompsonSampler(fed, "c0", seed=3)
+    sampler = FedTransferSampler(fed, "c0", seed=3)
     study = optuna.create_study(direction="minimize", sampler=sampler)
     study.optimize(lambda t: 100.0 * (t.suggest_float("x", 0, 1) - t.suggest_float("y", 0, 1)), 4)
     upload = parse_upload(
@@ -461,12 +461,12 @@ def test_a_pooled_broadcast_on_a_single_scale_block_guides_the_participant() -> 
         return -((x - 0.8) ** 2) - (y - 0.3) ** 2
 
     early = optuna.create_study(
-        direction="maximize", sampler=FedThompsonSampler(fed, "c0", seed=0)
+        direction="maximize", sampler=FedTransferSampler(fed, "c0", seed=0)
     )
     early.optimize(objective, n_trials=6)
     server.step(force=True)
     broadcast = fed.latest_broadcast()
-    late = optuna.create_study(direction="maximize", sampler=FedThompsonSampler(fed, "c1", seed=1))
+    late = optuna.create_study(direction="maximize", sampler=FedTransferSampler(fed, "c1", seed=1))
     late.optimize(objective, n_trials=1)
     assert late.trials[0].system_attrs["fedbo:mode"] == "federated"
     g = fed.pooling_features()[broadcast.feature_block]

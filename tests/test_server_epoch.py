@@ -17,7 +17,7 @@ from optuna_fedbo.federation import FedPNEConfig
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation import ServerSupersededError
 from optuna_fedbo.federation.cli import main as cli_main
-from optuna_fedbo.federation.store import LATEST_KEY
+from optuna_fedbo.federation.records import LATEST_KEY
 
 M = 6
 SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}

@@ -30,10 +30,10 @@ from optuna_fedbo.federation.keys import ServerKeys
 from optuna_fedbo.federation.pinning import pin_joined
 from optuna_fedbo.federation.pinning import pin_path
 from optuna_fedbo.federation.pinning import storage_location
-from optuna_fedbo.federation.store import CONFIG_HASH_KEY
-from optuna_fedbo.federation.store import CONFIG_KEY
-from optuna_fedbo.federation.store import CONFIG_SIGNATURE_KEY
-from optuna_fedbo.federation.store import resolve_storage
+from optuna_fedbo.federation.records import CONFIG_HASH_KEY
+from optuna_fedbo.federation.records import CONFIG_KEY
+from optuna_fedbo.federation.records import CONFIG_SIGNATURE_KEY
+from optuna_fedbo.federation.storages import resolve_storage
 
 SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
 PROTOCOL = FTSConfig(n_features=4, n_init=1, aggregation="weighted")

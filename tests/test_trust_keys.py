@@ -25,9 +25,9 @@ from optuna_fedbo.federation.keys import KeyFileError
 from optuna_fedbo.federation.keys import ParticipantKey
 from optuna_fedbo.federation.keys import ServerIdentity
 from optuna_fedbo.federation.keys import ServerKeys
-from optuna_fedbo.federation.store import CONFIG_KEY
-from optuna_fedbo.federation.store import ENROLLMENT_KEY
-from optuna_fedbo.federation.store import resolve_storage
+from optuna_fedbo.federation.records import CONFIG_KEY
+from optuna_fedbo.federation.records import ENROLLMENT_KEY
+from optuna_fedbo.federation.storages import resolve_storage
 from optuna_fedbo.federation.trust import Trust
 
 SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}

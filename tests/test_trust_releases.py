@@ -23,8 +23,8 @@ from optuna_fedbo.federation import ServerSupersededError
 from optuna_fedbo.federation.cli import main as cli_main
 from optuna_fedbo.federation.keys import ServerKeys
 from optuna_fedbo.federation.ledger import LedgerIntegrityError
-from optuna_fedbo.federation.store import BUDGET_EXHAUSTED_KEY
-from optuna_fedbo.federation.store import LATEST_KEY
+from optuna_fedbo.federation.records import BUDGET_EXHAUSTED_KEY
+from optuna_fedbo.federation.records import LATEST_KEY
 from optuna_fedbo.federation.trust import Trust
 from optuna_fedbo.federation.trust import UntrustedRecordError
 

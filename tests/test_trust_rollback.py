@@ -22,11 +22,11 @@ from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation.cli import main as cli_main
 from optuna_fedbo.federation.ledger import LedgerIntegrityError
-from optuna_fedbo.federation.store import CONFIG_HASH_KEY
-from optuna_fedbo.federation.store import CONFIG_KEY
-from optuna_fedbo.federation.store import CONFIG_SIGNATURE_KEY
-from optuna_fedbo.federation.store import LATEST_KEY
-from optuna_fedbo.federation.store import SERVER_KEY
+from optuna_fedbo.federation.records import CONFIG_HASH_KEY
+from optuna_fedbo.federation.records import CONFIG_KEY
+from optuna_fedbo.federation.records import CONFIG_SIGNATURE_KEY
+from optuna_fedbo.federation.records import LATEST_KEY
+from optuna_fedbo.federation.records import SERVER_KEY
 from optuna_fedbo.federation.trust import text_digest
 from optuna_fedbo.federation.watermark import LedgerRollbackError
 from optuna_fedbo.federation.watermark import ParticipantMark

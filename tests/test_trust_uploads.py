@@ -338,7 +338,7 @@ def test_fedpne_node_means_are_sealed_too() -> None:
 # ------------------------------------------------------------------------ real processes
 _SPY = """
 import json, os, sys, time
-from optuna_fedbo.federation.store import resolve_storage
+from optuna_fedbo.federation.storages import resolve_storage
 storage = resolve_storage(sys.argv[1])
 seen, uploads, deadline = set(), set(), time.monotonic() + 150
 while time.monotonic() < deadline:

@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from optuna_fedbo.core.gp import MAX_GP_POINTS
+from optuna_fedbo.core.gp_fit import MAX_GP_POINTS
 from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.rff import RandomFourierFeatures
 from optuna_fedbo.core.space import Box

@@ -9,7 +9,7 @@ The model of :class:`GaussianProcess` (one participant's own trials, encoded int
 ``c`` and ``s_y`` are the mean and standard deviation of the residuals ``y - m(X)`` (the
 standardization), and ``l`` (one lengthscale per column: ARD), ``sigma_f^2`` and ``sigma_n^2``
 are chosen by maximizing the marginal likelihood of the standardized residuals plus a log prior
-(MAP), in log space with L-BFGS-B and analytic gradients.
+(MAP), in log space with L-BFGS-B and analytic gradients (:mod:`optuna_fedbo.core.gp_fit`).
 
 Priors (on standardized values, unit-cube inputs) keep tiny data sets from overfitting:
 
@@ -27,7 +27,6 @@ This module knows nothing of Optuna.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 import math
 
@@ -46,7 +45,7 @@ NOISE_PRIOR_SHAPE = 1.1
 NOISE_PRIOR_RATE = 30.0
 
 _SQRT5 = math.sqrt(5.0)
-_LOG_2PI = math.log(2.0 * math.pi)
+LOG_2PI = math.log(2.0 * math.pi)
 
 
 def lengthscale_prior_median(n_columns: int) -> float:
@@ -68,7 +67,7 @@ def matern52(squared_distance: np.ndarray) -> np.ndarray:
     return r
 
 
-def _matern52_derivative(squared_distance: np.ndarray) -> np.ndarray:
+def matern52_derivative(squared_distance: np.ndarray) -> np.ndarray:
     """``d Matern52 / d(r^2)`` (finite at ``r = 0``: ``-5/6``)."""
     r = np.sqrt(5.0 * squared_distance)
     return (-5.0 / 6.0) * (1.0 + r) * np.exp(-r)
@@ -141,8 +140,8 @@ class KernelParams:
 class GaussianProcess:
     """The posterior of the GP given data and fixed hyperparameters (the result of a fit).
 
-    Use :func:`fit_gp` to choose the hyperparameters by marginal likelihood; constructing this
-    class directly conditions on the hyperparameters given.
+    Use :func:`~optuna_fedbo.core.gp_fit.fit_gp` to choose the hyperparameters by marginal
+    likelihood; constructing this class directly conditions on the hyperparameters given.
 
     Args:
         X: Encoded inputs of shape ``(n, D)``.
@@ -162,7 +161,7 @@ class GaussianProcess:
     ) -> None:
         import scipy.linalg
 
-        X, y, prior = _validate_data(X, y, prior_mean)
+        X, y, prior = validate_data(X, y, prior_mean)
         if params.lengthscales.shape != (X.shape[1],):
             raise ValueError(
                 f"Expected {X.shape[1]} lengthscales, got {params.lengthscales.shape[0]}."
@@ -172,7 +171,7 @@ class GaussianProcess:
         self.params = params
         self.has_prior_mean = prior_mean is not None
         residual = y - prior
-        self.offset, self.scale = _standardization(residual, y)
+        self.offset, self.scale = standardization(residual, y)
         self._targets = (residual - self.offset) / self.scale
         self._scaled_X = X / params.lengthscales
         self._scaled_norms = np.sum(self._scaled_X**2, axis=1)
@@ -242,7 +241,7 @@ class GaussianProcess:
             variance = np.maximum(signal - np.einsum("mn,mn->m", k, solved), 0.0)
             # d k(x, x_i) / dx = sigma_f^2 Matern52'(r^2) 2 (x - x_i) / l^2, and
             # sum_i a_i (x - x_i) = x sum_i a_i - a^T X: no (m, n, D) tensor.
-            dk = (2.0 * signal) * _matern52_derivative(sq)
+            dk = (2.0 * signal) * matern52_derivative(sq)
             inv_l2 = self.params.lengthscales**-2
             mean_weights = dk * self._alpha
             mean_grad = (X * mean_weights.sum(axis=1)[:, None] - mean_weights @ self.X) * inv_l2
@@ -318,7 +317,7 @@ class GaussianProcess:
         standardized = (
             -0.5 * float(self._targets @ self._alpha)
             - float(np.sum(np.log(np.diag(self._cholesky))))
-            - 0.5 * n * _LOG_2PI
+            - 0.5 * n * LOG_2PI
         )
         return standardized - n * math.log(self.scale)
 
@@ -371,7 +370,7 @@ def _psd_factor(cov: np.ndarray, signal_variance: float) -> np.ndarray:
     return vectors * np.sqrt(np.maximum(values, 0.0))
 
 
-def _validate_data(
+def validate_data(
     X: np.ndarray, y: np.ndarray, prior_mean: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     X = np.asarray(X, dtype=float)
@@ -390,269 +389,10 @@ def _validate_data(
     return X, y, prior
 
 
-def _standardization(residual: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+def standardization(residual: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     """Mean and scale of the residuals (the scale of ``y``, else 1, when they are constant)."""
     offset = float(np.mean(residual))
     for candidate in (float(np.std(residual)), float(np.std(y))):
         if candidate > 1e-12 * max(1.0, float(np.max(np.abs(y)))):
             return offset, candidate
     return offset, 1.0
-
-
-def _log_prior_and_grad(raw: np.ndarray, minimum_noise: float) -> tuple[float, np.ndarray]:
-    n_columns = len(raw) - 2
-    centre = math.log(lengthscale_prior_median(n_columns))
-    grad = np.zeros_like(raw)
-    dev = (raw[:n_columns] - centre) / LENGTHSCALE_PRIOR_STD
-    value = -0.5 * float(dev @ dev)
-    grad[:n_columns] = -dev / LENGTHSCALE_PRIOR_STD
-    value -= 0.5 * (raw[-2] / SIGNAL_PRIOR_STD) ** 2
-    grad[-2] = -raw[-2] / SIGNAL_PRIOR_STD**2
-    excess = math.exp(raw[-1])
-    noise = minimum_noise + excess
-    value += (NOISE_PRIOR_SHAPE - 1.0) * math.log(noise) - NOISE_PRIOR_RATE * noise
-    grad[-1] = ((NOISE_PRIOR_SHAPE - 1.0) / noise - NOISE_PRIOR_RATE) * excess
-    return value, grad
-
-
-def log_posterior_and_grad(
-    raw: np.ndarray,
-    sq_diff: np.ndarray,
-    targets: np.ndarray,
-    minimum_noise: float = MINIMUM_NOISE_VARIANCE,
-    *,
-    with_grad: bool = True,
-) -> tuple[float, np.ndarray | None]:
-    """Log marginal likelihood plus log prior of raw hyperparameters, and its gradient.
-
-    Args:
-        raw: ``[log l (D), log sigma_f^2, log(sigma_n^2 - floor)]``.
-        sq_diff: Squared differences of the inputs, shape ``(n, n, D)``.
-        targets: Standardized targets of shape ``(n,)``.
-        minimum_noise: The noise variance floor.
-        with_grad: Compute the gradient (the dominant ``O(n^3)`` inverse otherwise skipped).
-
-    Returns:
-        ``(value, gradient)``; ``(-inf, zeros)`` where the kernel matrix is not positive
-        definite.
-    """
-    import scipy.linalg
-
-    n, _, n_columns = sq_diff.shape
-    params = KernelParams.from_raw(raw, minimum_noise)
-    inv_l2 = params.lengthscales**-2
-    sq = sq_diff @ inv_l2
-    correlation = matern52(sq)
-    gram = params.signal_variance * correlation
-    gram[np.diag_indices(n)] += params.noise_variance
-    try:
-        cholesky = scipy.linalg.cholesky(gram, lower=True, check_finite=False)
-    except np.linalg.LinAlgError:
-        return -math.inf, np.zeros_like(raw)
-    alpha = scipy.linalg.cho_solve((cholesky, True), targets, check_finite=False)
-    lml = (
-        -0.5 * float(targets @ alpha)
-        - float(np.sum(np.log(np.diag(cholesky))))
-        - 0.5 * n * _LOG_2PI
-    )
-    prior, prior_grad = _log_prior_and_grad(raw, minimum_noise)
-    if not with_grad:
-        return lml + prior, None
-    inverse = scipy.linalg.cho_solve((cholesky, True), np.eye(n), check_finite=False)
-    # d lml / d theta = 0.5 tr((alpha alpha^T - K^-1) dK/d theta).
-    w = np.outer(alpha, alpha) - inverse
-    grad = np.empty_like(raw)
-    # dK/d log l_d = sigma_f^2 Matern52'(r^2) (-2 (x_d - x'_d)^2 / l_d^2).
-    a = w * (params.signal_variance * _matern52_derivative(sq))
-    grad[:n_columns] = -(a.reshape(-1) @ sq_diff.reshape(n * n, n_columns)) * inv_l2
-    grad[-2] = 0.5 * float(np.sum(w * gram)) - 0.5 * params.noise_variance * float(np.trace(w))
-    grad[-1] = 0.5 * float(np.trace(w)) * (params.noise_variance - minimum_noise)
-    return lml + prior, grad + prior_grad
-
-
-def fit_gp(
-    X: np.ndarray,
-    y: np.ndarray,
-    *,
-    prior_mean: np.ndarray | None = None,
-    warm_start: GaussianProcess | KernelParams | None = None,
-    rng: np.random.Generator | None = None,
-    n_restarts: int = 1,
-    n_start_candidates: int = 6,
-    minimum_noise: float = MINIMUM_NOISE_VARIANCE,
-    max_iterations: int = 100,
-) -> GaussianProcess:
-    """Fit a GP by maximizing marginal likelihood plus log prior over its hyperparameters.
-
-    Start points are scored without gradients (one Cholesky each): the warm start, the prior's
-    centre, and random draws from the prior. L-BFGS-B (log space, analytic gradient) then runs
-    from the best of them and from ``n_restarts`` more; the best result wins.
-
-    Args:
-        X: Encoded inputs of shape ``(n, D)``.
-        y: Values of shape ``(n,)``.
-        prior_mean: The prior mean at ``X`` (same scale as ``y``), or ``None``.
-        warm_start: A previous fit (or its parameters) to start from; ignored if its dimension
-            differs.
-        rng: Source of randomness for the random start points.
-        n_restarts: Number of extra L-BFGS-B runs from the next best start points.
-        n_start_candidates: Number of random prior draws scored as start points.
-        minimum_noise: The noise variance floor on standardized values.
-        max_iterations: L-BFGS-B iteration limit per run.
-
-    Returns:
-        The fitted :class:`GaussianProcess`.
-    """
-    X, y, prior = _validate_data(X, y, prior_mean)
-    rng = rng if rng is not None else np.random.default_rng()
-    n_columns = X.shape[1]
-    residual = y - prior
-    offset, scale = _standardization(residual, y)
-    targets = (residual - offset) / scale
-    sq_diff = squared_differences(X, X)
-
-    starts = [KernelParams.default(n_columns).to_raw(minimum_noise)]
-    if isinstance(warm_start, GaussianProcess):
-        warm_start = warm_start.params
-    if warm_start is not None and warm_start.lengthscales.shape == (n_columns,):
-        starts.insert(0, warm_start.to_raw(minimum_noise))
-    centre = math.log(lengthscale_prior_median(n_columns))
-    for _ in range(n_start_candidates):
-        draw = starts[-1].copy()
-        draw[:n_columns] = centre + LENGTHSCALE_PRIOR_STD * rng.standard_normal(n_columns)
-        draw[-2:] = 0.0, math.log(1e-3)
-        starts.append(draw)
-
-    with one_blas_thread():
-        scores = [
-            log_posterior_and_grad(s, sq_diff, targets, minimum_noise, with_grad=False)[0]
-            for s in starts
-        ]
-        order = np.argsort(-np.asarray(scores), kind="stable")
-        best_raw, best_value = starts[int(order[0])], scores[int(order[0])]
-        for index in order[: 1 + n_restarts]:
-            raw, value = _maximize(
-                lambda r: log_posterior_and_grad(r, sq_diff, targets, minimum_noise),
-                starts[int(index)],
-                max_iterations,
-            )
-            if value > best_value:
-                best_raw, best_value = raw, value
-    params = KernelParams.from_raw(best_raw, minimum_noise)
-    return GaussianProcess(X, y, params, prior_mean=prior_mean)
-
-
-def _maximize(
-    objective: Callable[[np.ndarray], tuple[float, np.ndarray | None]],
-    start: np.ndarray,
-    max_iterations: int,
-) -> tuple[np.ndarray, float]:
-    import scipy.optimize
-
-    def negative(raw: np.ndarray) -> tuple[float, np.ndarray]:
-        value, grad = objective(raw)
-        if not math.isfinite(value):
-            return 1e300, np.zeros_like(raw)
-        assert grad is not None
-        return -value, -grad
-
-    # Bounds keep the search away from overflow: lengthscales in [1e-3, 1e3], variances
-    # in [1e-4, 1e4] (signal) and up to 1e2 (noise).
-    n_columns = len(start) - 2
-    bounds = [(math.log(1e-3), math.log(1e3))] * n_columns + [
-        (math.log(1e-4), math.log(1e4)),
-        (math.log(1e-9), math.log(1e2)),
-    ]
-    start = np.clip(start, [b[0] for b in bounds], [b[1] for b in bounds])
-    result = scipy.optimize.minimize(
-        negative,
-        start,
-        jac=True,
-        method="L-BFGS-B",
-        bounds=bounds,
-        options={"maxiter": max_iterations, "gtol": 1e-4},
-    )
-    return result.x, -float(result.fun)
-
-
-#: Most observations a sampler's GP is fitted to, so that the cost per trial stays bounded
-#: (a few milliseconds at 1,000 trials): beyond it the GP models a subset (:func:`subset_indices`).
-MAX_GP_POINTS = 128
-#: From this many observations on, hyperparameters are refitted only after the data has grown
-#: by ``refit_growth`` since the last fit (:func:`update_gp`).
-REFIT_FROM = 100
-#: The default ``refit_growth`` of :func:`update_gp`: refits after 10% more observations.
-REFIT_GROWTH = 1.1
-
-
-@dataclass(frozen=True)
-class GPFitState:
-    """The last hyperparameter fit of a sampler's GP: its parameters and observation count."""
-
-    params: KernelParams
-    n_observations: int
-
-
-def update_gp(
-    X: np.ndarray,
-    y: np.ndarray,
-    last_fit: GPFitState | None,
-    rng: np.random.Generator,
-    *,
-    prior_mean: np.ndarray | None = None,
-    max_points: int = MAX_GP_POINTS,
-    refit_growth: float = REFIT_GROWTH,
-) -> tuple[GaussianProcess, GPFitState]:
-    """The GP of a growing set of observations, refitted as often as it pays.
-
-    At most ``max_points`` observations are modelled (:func:`subset_indices`). Hyperparameters
-    are warm-started from ``last_fit``; from :data:`REFIT_FROM` observations on they are kept
-    (the GP only conditioned on the new data) until the data has grown by ``refit_growth``.
-
-    Args:
-        X: Encoded inputs of shape ``(n, D)``.
-        y: Values of shape ``(n,)``.
-        last_fit: The previous fit, or ``None`` (it is ignored if its dimension differs).
-        rng: Source of randomness for the subset and the fit's start points.
-        prior_mean: The prior mean at ``X``, or ``None``.
-        max_points: Cap on the number of observations modelled.
-        refit_growth: Growth factor of the data that triggers a refit.
-
-    Returns:
-        ``(gp, fit)``: the GP and the fit it used (``last_fit`` when not refitted).
-    """
-    n = len(y)
-    kept = subset_indices(y, max_points, rng)
-    X, y = X[kept], y[kept]
-    prior = None if prior_mean is None else prior_mean[kept]
-    warm = None
-    if last_fit is not None and last_fit.params.lengthscales.shape == (X.shape[1],):
-        warm = last_fit.params
-    if warm is not None and last_fit is not None:
-        if REFIT_FROM <= n < refit_growth * last_fit.n_observations:
-            return GaussianProcess(X, y, warm, prior_mean=prior), last_fit
-    gp = fit_gp(
-        X,
-        y,
-        prior_mean=prior,
-        warm_start=warm,
-        rng=rng,
-        n_restarts=0 if warm is not None else 1,
-        n_start_candidates=2 if warm is not None else 6,
-    )
-    return gp, GPFitState(gp.params, n)
-
-
-def subset_indices(y: np.ndarray, max_points: int, rng: np.random.Generator) -> np.ndarray:
-    """Indices of at most ``max_points`` observations to model (subset of data beyond a cap).
-
-    Half are the best values (largest ``y``), the rest drawn uniformly from the others, so the
-    model stays accurate where the optimum is and still sees the whole space.
-    """
-    n = len(y)
-    if n <= max_points:
-        return np.arange(n)
-    n_best = max_points // 2
-    order = np.argsort(-np.asarray(y), kind="stable")
-    rest = rng.choice(order[n_best:], size=max_points - n_best, replace=False)
-    return np.sort(np.concatenate([order[:n_best], rest]))

@@ -1,6 +1,8 @@
 """The federation over an Optuna storage: the machinery every protocol shares (configuration,
 store, keys and sealing, ledger, uploads, polling, server, CLI) and one package per protocol
-(:mod:`.fts`, :mod:`.fedpne`), registered in :mod:`.protocol`.
+(:mod:`.fts`, :mod:`.fedpne`), registered in :mod:`.protocol` when imported here (Python
+imports this package before any of its modules, so every built-in protocol is registered
+whenever the registry is used).
 
 The simulation drivers (``simulate``, ``simulate_fedpne``) build participants' samplers, so they
 live above the samplers in :mod:`optuna_fedbo.simulation`; they are re-exported here lazily.
@@ -11,12 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from optuna_fedbo.federation._damage import FederationDamagedError
+from optuna_fedbo.federation._damage import FederationNotFoundError
 from optuna_fedbo.federation.config import FederationConfig
 from optuna_fedbo.federation.config import ProtocolConfig
 from optuna_fedbo.federation.dp_config import DPConfig
 from optuna_fedbo.federation.federation import Federation
-from optuna_fedbo.federation.federation import FederationStatus
-from optuna_fedbo.federation.federation import Participant
 from optuna_fedbo.federation.fedpne import FedPNEConfig
 from optuna_fedbo.federation.fedpne import FedPNEServer
 from optuna_fedbo.federation.fedpne import FedPNEStatus
@@ -37,14 +38,15 @@ from optuna_fedbo.federation.ledger import LedgerIntegrityError
 from optuna_fedbo.federation.ledger import PrivacyLedger
 from optuna_fedbo.federation.lifecycle import FederationSummary
 from optuna_fedbo.federation.lifecycle import Lifecycle
+from optuna_fedbo.federation.membership import Participant
 from optuna_fedbo.federation.preset import Preset
 from optuna_fedbo.federation.protocol import get_protocol
 from optuna_fedbo.federation.protocol import Protocol
 from optuna_fedbo.federation.protocol import register_protocol
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
-from optuna_fedbo.federation.store import FederationNotFoundError
-from optuna_fedbo.federation.store import resolve_storage
+from optuna_fedbo.federation.status import FederationStatus
+from optuna_fedbo.federation.storages import resolve_storage
 from optuna_fedbo.federation.store import ServerSupersededError
 from optuna_fedbo.federation.trust import UntrustedRecordError
 from optuna_fedbo.federation.watermark import LedgerRollbackError

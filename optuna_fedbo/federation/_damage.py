@@ -18,6 +18,8 @@ from typing import Any
 
 import optuna
 
+from optuna_fedbo.federation.records import CONFIG_KEY
+
 _logger = optuna.logging.get_logger(__name__)
 
 
@@ -77,8 +79,6 @@ def check_intact(store: Any) -> None:
     A server calls it when a step fails: a storage hiccup is retried, a deleted main study is
     not (it would fail every retry with a bare ``KeyError``).
     """
-    from optuna_fedbo.federation.store import CONFIG_KEY
-
     try:
         study_id = store.storage.get_study_id_from_name(store.name)
         attrs = store.storage.get_study_system_attrs(study_id)
@@ -115,26 +115,6 @@ def reopen_uploads(store: Any, round_index: int, *, warn: bool = True) -> bool:
     else:
         _logger.info(message)
     return True
-
-
-def write_to_open_round(store: Any, round_index: int, client_id: str, sealed: str) -> None:
-    """Write a participant's sealed upload to the open round, creating the round's uploads study
-    again if someone deleted it while the round is open.
-
-    Raises:
-        KeyError: If the round closed meanwhile (its uploads study was discarded by the server).
-    """
-    from optuna_fedbo.federation._openings import opening_for
-
-    try:
-        store.write_upload(round_index, client_id, sealed)
-        return
-    except KeyError:
-        opening_for(store, round_index)  # KeyError if the server closed the round meanwhile
-        # Missing: create it again. Present: the server created it again first, and the
-        # failed write only dropped this process's cached id of the deleted one.
-        reopen_uploads(store, round_index, warn=False)
-    store.write_upload(round_index, client_id, sealed)
 
 
 class ErasureCheck:
@@ -178,5 +158,4 @@ __all__ = [
     "FederationNotFoundError",
     "check_intact",
     "reopen_uploads",
-    "write_to_open_round",
 ]

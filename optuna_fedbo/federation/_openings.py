@@ -18,9 +18,10 @@ from typing import Any
 
 from optuna.trial import TrialState
 
-from optuna_fedbo.federation.store import BROADCAST_KEY
+from optuna_fedbo.federation._damage import reopen_uploads
+from optuna_fedbo.federation.records import BROADCAST_KEY
+from optuna_fedbo.federation.records import ROUND_KEY
 from optuna_fedbo.federation.store import FederationStore
-from optuna_fedbo.federation.store import ROUND_KEY
 from optuna_fedbo.federation.trust import text_digest
 from optuna_fedbo.federation.trust import UntrustedRecordError
 
@@ -45,6 +46,26 @@ def opening_for(store: FederationStore, round_index: int) -> str:
             f"{open_round} is): an upload goes to the open round only."
         )
     return FIRST_OPENING if latest is None else str(latest["digest"])
+
+
+def write_to_open_round(
+    store: FederationStore, round_index: int, client_id: str, sealed: str
+) -> None:
+    """Write a participant's sealed upload to the open round, creating the round's uploads study
+    again if someone deleted it while the round is open.
+
+    Raises:
+        KeyError: If the round closed meanwhile (its uploads study was discarded by the server).
+    """
+    try:
+        store.write_upload(round_index, client_id, sealed)
+        return
+    except KeyError:
+        opening_for(store, round_index)  # KeyError if the server closed the round meanwhile
+        # Missing: create it again. Present: the server created it again first, and the
+        # failed write only dropped this process's cached id of the deleted one.
+        reopen_uploads(store, round_index, warn=False)
+    store.write_upload(round_index, client_id, sealed)
 
 
 class RoundOpenings:
@@ -94,4 +115,4 @@ class RoundOpenings:
         return openings
 
 
-__all__ = ["FIRST_OPENING", "RoundOpenings", "opening_for"]
+__all__ = ["FIRST_OPENING", "RoundOpenings", "opening_for", "write_to_open_round"]

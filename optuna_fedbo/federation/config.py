@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 import dataclasses
 from dataclasses import dataclass
-import importlib
 import json
 import math
 from typing import Any
@@ -24,7 +23,6 @@ from optuna.distributions import json_to_distribution
 
 from optuna_fedbo.federation._codec import canonical_json
 from optuna_fedbo.federation._codec import digest
-from optuna_fedbo.federation.protocol import BUILTIN_PROTOCOLS
 from optuna_fedbo.search_space import SearchSpaceEncoder
 
 #: Version of the stored configuration format. Raised whenever the same stored fields would
@@ -69,8 +67,6 @@ class ProtocolConfig:
         """
         record = dict(record)
         kind = record.pop("kind", None)
-        if kind not in _PROTOCOLS and isinstance(kind, str) and kind in BUILTIN_PROTOCOLS:
-            importlib.import_module(BUILTIN_PROTOCOLS[kind])
         if kind not in _PROTOCOLS:
             raise ValueError(
                 f"Unknown protocol kind {kind!r}; known kinds: {sorted(_PROTOCOLS)} (import the "

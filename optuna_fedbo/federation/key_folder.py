@@ -34,6 +34,7 @@ from typing import Any
 
 from optuna.storages import BaseStorage
 
+from optuna_fedbo.federation._damage import FederationNotFoundError
 from optuna_fedbo.federation.keys import forget
 from optuna_fedbo.federation.keys import key_home
 from optuna_fedbo.federation.keys import KeyFileError
@@ -43,9 +44,8 @@ from optuna_fedbo.federation.location import storage_location
 from optuna_fedbo.federation.location import url_location
 from optuna_fedbo.federation.pinning import JOINED_TYPE
 from optuna_fedbo.federation.pinning import pin_file
-from optuna_fedbo.federation.store import CONFIG_KEY
-from optuna_fedbo.federation.store import FederationNotFoundError
-from optuna_fedbo.federation.store import resolve_storage
+from optuna_fedbo.federation.records import CONFIG_KEY
+from optuna_fedbo.federation.storages import resolve_storage
 
 KeyDir = str | os.PathLike[str] | None
 

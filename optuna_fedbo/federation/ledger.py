@@ -63,8 +63,8 @@ from optuna_fedbo.federation._chain import RELEASE
 from optuna_fedbo.federation._chain import RESTORE
 from optuna_fedbo.federation._codec import canonical_json
 from optuna_fedbo.federation.dp_config import DPConfig
+from optuna_fedbo.federation.records import ledger_key
 from optuna_fedbo.federation.store import FederationStore
-from optuna_fedbo.federation.store import ledger_key
 from optuna_fedbo.federation.trust import text_digest
 from optuna_fedbo.federation.trust import UntrustedRecordError
 from optuna_fedbo.privacy._curve import EpsilonCurve

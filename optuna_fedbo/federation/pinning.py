@@ -27,6 +27,7 @@ from typing import Any
 
 from optuna_fedbo.federation._codec import digest
 from optuna_fedbo.federation._damage import FederationDamagedError
+from optuna_fedbo.federation._damage import FederationNotFoundError
 from optuna_fedbo.federation.config import FederationConfig
 from optuna_fedbo.federation.keys import _read_private
 from optuna_fedbo.federation.keys import _write_private
@@ -39,7 +40,6 @@ from optuna_fedbo.federation.keys import pinned_fingerprint
 from optuna_fedbo.federation.keys import ServerIdentity
 from optuna_fedbo.federation.keys import ServerKeys
 from optuna_fedbo.federation.location import storage_location
-from optuna_fedbo.federation.store import FederationNotFoundError
 from optuna_fedbo.federation.store import FederationStore
 from optuna_fedbo.federation.trust import Trust
 from optuna_fedbo.federation.trust import UntrustedRecordError

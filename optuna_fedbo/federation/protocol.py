@@ -10,33 +10,30 @@ one) that registers one :class:`Protocol` when it is imported:
   builds it);
 * ``channel``: ``federation -> channel``, the participants' side (reading the published state,
   uploading, ``status()``; optionally ``privacy_spent()`` when the protocol accounts privacy
-  itself rather than through the shared ledger);
-* ``simulate``: the dotted path ``"module:function"`` of its one-process simulation, an entry
-  point above the samplers (imported only when called);
-* ``sampler``: the dotted path ``"module:Class"`` of its participant sampler, a subclass of
-  :class:`optuna_fedbo.FedSampler` (``FedSampler(federation, ...)`` builds it; the samplers sit
-  above this layer, so it is imported only when needed).
+  itself rather than through the shared ledger).
 
-The shared machinery (:class:`~optuna_fedbo.federation.Federation`, the server, the CLI) looks a
-protocol up here by ``kind`` and never imports a protocol package at module level; the built-in
-packages are imported on first use. Adding a protocol is a new package plus one line in
-:data:`BUILTIN_PROTOCOLS` (or a :func:`register_protocol` call from the user's code).
+A protocol's participant sampler subclasses :class:`optuna_fedbo.FedSampler` and names the
+protocol in its ``protocol_kind`` (the samplers sit above this layer and find the protocol by
+kind, never the other way round); its one-process simulation lives in
+:mod:`optuna_fedbo.simulation`.
+
+This module is the bottom of :mod:`optuna_fedbo.federation`: it imports nothing of optuna-fedbo
+(not even for type annotations) and no module by name. The shared machinery
+(:class:`~optuna_fedbo.federation.Federation`, the server, the CLI) looks a protocol up here by
+``kind`` and never imports a protocol package; the built-in packages (:data:`BUILTIN_PROTOCOLS`)
+are imported, and so registered, by :mod:`optuna_fedbo.federation` itself, which Python imports
+before any of its modules. Adding a protocol is a new package plus one line there (or a
+:func:`register_protocol` call from the user's code).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-import importlib
 from typing import Any
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from optuna_fedbo.federation.config import ProtocolConfig
-    from optuna_fedbo.federation.federation import Federation
-    from optuna_fedbo.federation.server import FederationServer
-
-#: ``kind -> package`` of the protocols shipped with optuna-fedbo (imported on first use).
+#: ``kind -> package`` of the protocols shipped with optuna-fedbo (imported, and so registered,
+#: by ``optuna_fedbo.federation``).
 BUILTIN_PROTOCOLS: dict[str, str] = {
     "fts": "optuna_fedbo.federation.fts",
     "fedpne": "optuna_fedbo.federation.fedpne",
@@ -54,38 +51,15 @@ class Protocol:
 
     Attributes:
         kind: The tag of its configuration class (``config.kind``).
-        config: Its configuration class.
+        config: Its configuration class (a ``ProtocolConfig`` subclass).
         server: Its server-round class (a ``FederationServer`` subclass).
         channel: ``federation -> participant channel``.
-        simulate: ``"module:function"`` of its simulation entry point.
-        sampler: ``"module:Class"`` of its participant sampler (``""``: none).
     """
 
     kind: str
-    config: type[ProtocolConfig]
-    server: type[FederationServer]
-    channel: Callable[[Federation], Any]
-    simulate: str
-    sampler: str = ""
-
-    def simulate_function(self) -> Callable[..., Any]:
-        """Import and return the simulation entry point."""
-        return _import(self.simulate)
-
-    def sampler_class(self) -> type:
-        """Import and return the participant sampler class.
-
-        Raises:
-            ValueError: If the protocol registered no sampler.
-        """
-        if not self.sampler:
-            raise ValueError(f"Protocol {self.kind!r} registered no participant sampler.")
-        return _import(self.sampler)
-
-
-def _import(path: str) -> Any:
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
+    config: type
+    server: type
+    channel: Callable[[Any], Any]
 
 
 def register_protocol(protocol: Protocol) -> None:
@@ -94,9 +68,10 @@ def register_protocol(protocol: Protocol) -> None:
     Raises:
         ValueError: If another protocol is registered under the same ``kind``.
     """
-    if protocol.kind != protocol.config.kind:
+    config_kind = getattr(protocol.config, "kind", None)
+    if protocol.kind != config_kind:
         raise ValueError(
-            f"Protocol kind {protocol.kind!r} differs from its config's {protocol.config.kind!r}."
+            f"Protocol kind {protocol.kind!r} differs from its config's {config_kind!r}."
         )
     existing = _REGISTRY.get(protocol.kind)
     if existing is not None and existing != protocol:
@@ -105,18 +80,15 @@ def register_protocol(protocol: Protocol) -> None:
 
 
 def get_protocol(kind: str) -> Protocol:
-    """The registered protocol of tag ``kind`` (importing a built-in one on first use).
+    """The registered protocol of tag ``kind``.
 
     Raises:
         ValueError: For an unknown ``kind``.
     """
-    if kind not in _REGISTRY and kind in BUILTIN_PROTOCOLS:
-        importlib.import_module(BUILTIN_PROTOCOLS[kind])
     if kind not in _REGISTRY:
-        known = sorted(set(_REGISTRY) | set(BUILTIN_PROTOCOLS))
         raise ValueError(
-            f"Unknown protocol kind {kind!r}; known kinds: {known} (import the package that "
-            "registers it first)."
+            f"Unknown protocol kind {kind!r}; known kinds: {sorted(_REGISTRY)} (import the "
+            "package that registers it first)."
         )
     return _REGISTRY[kind]
 

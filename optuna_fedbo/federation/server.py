@@ -32,8 +32,12 @@ from typing import Any
 
 import optuna
 
+from optuna_fedbo.federation._damage import check_intact
 from optuna_fedbo.federation._damage import reopen_uploads
 from optuna_fedbo.federation._openings import RoundOpenings
+from optuna_fedbo.federation._polling import poll_rounds
+from optuna_fedbo.federation._serve_watch import DEFAULT_IDLE_TIMEOUT
+from optuna_fedbo.federation._serve_watch import DEFAULT_LOG_INTERVAL
 from optuna_fedbo.federation._serve_watch import ServeEnd
 from optuna_fedbo.federation._serve_watch import ServeWatch
 from optuna_fedbo.federation._uploads import UploadRejected
@@ -140,8 +144,7 @@ class FederationServer:
 
     Every protocol's server subclasses this class and takes the same arguments; see
     :class:`~optuna_fedbo.federation.fts.server.FTSServer` and
-    :class:`~optuna_fedbo.federation.fedpne.server.FedPNEServer` for ``step()`` and
-    ``serve()``.
+    :class:`~optuna_fedbo.federation.fedpne.server.FedPNEServer` for ``step()``.
     """
 
     federation: Federation
@@ -265,6 +268,80 @@ class FederationServer:
             return
         self._finished = {"at": time.time(), "rounds": self.federation.open_round()}
         self._heartbeat(force=True, stopped="finished")
+
+    # ------------------------------------------------------------------------ serving
+    def serve(
+        self,
+        *,
+        poll_interval: float = 1.0,
+        max_rounds: int | None = None,
+        timeout: float | None = None,
+        stop: threading.Event | None = None,
+        callback: Callable[[Any], None] | None = None,
+        max_consecutive_errors: int = 10,
+        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+        log_interval: float = DEFAULT_LOG_INTERVAL,
+    ) -> list[Any]:
+        """Poll the storage and close rounds (Fed-PNE: phases) as they become ready.
+
+        Returns when the protocol is done (FTS: the privacy budget is exhausted, nothing more
+        can be published; Fed-PNE: the final phase), when every registered participant has
+        finished its study or is lost (see
+        :meth:`~optuna_fedbo.federation.Federation.lifecycle`), after publishing any round
+        their last uploads completed, or after ``idle_timeout`` seconds in which no
+        participant ran (see :mod:`optuna_fedbo.federation._serve_watch`).
+
+        Args:
+            poll_interval: Seconds between polls when nothing happened.
+            max_rounds: Stop once this many rounds have been published in total.
+            timeout: Stop after this many seconds.
+            stop: Stop when this event is set.
+            callback: Called with each :class:`RoundReport` (Fed-PNE: ``PhaseRoundReport``).
+            max_consecutive_errors: Storage errors in a row tolerated (each logged, then the
+                state is reloaded from storage) before the error is raised.
+            idle_timeout: Seconds (default 300) with no participant running, once every one
+                that joined has finished or is lost, after which serving ends (``None``:
+                wait until stopped).
+            log_interval: Seconds between the log lines saying whom the server waits for.
+
+        Returns:
+            The reports of the rounds published by this call (and of the round refused for
+            the privacy budget, if that happened).
+        """
+        _logger.info(self._serving())
+
+        def recover() -> None:
+            with self._lock:
+                self._recover()
+
+        reports = poll_rounds(
+            self.step,
+            recover,
+            done=lambda: (
+                self._serve_done() or (max_rounds is not None and self.open_round >= max_rounds)
+            ),
+            poll_interval=poll_interval,
+            timeout=timeout,
+            stop=stop,
+            callback=callback,
+            max_consecutive_errors=max_consecutive_errors,
+            watch=self._watch(idle_timeout, log_interval, poll_interval),
+            on_end=self._serve_ended,
+            intact=lambda: check_intact(self._store),
+        )
+        self._served()
+        return reports
+
+    def _serving(self) -> str:
+        """The log line with which ``serve`` starts."""
+        return f"Serving federation {self.federation.name!r} from round {self.open_round}."
+
+    def _serve_done(self) -> bool:
+        """Whether the protocol has nothing more to publish (``serve`` then returns)."""
+        return False
+
+    def _served(self) -> None:
+        """Called when ``serve`` returns."""
 
     def summary(self) -> FederationSummary:
         """Rounds published, privacy spent and every participant's trials by kind."""

@@ -1,42 +1,15 @@
-"""The federation's state inside an Optuna storage: an untrusted relay.
+"""The federation's records inside an Optuna storage, read and written by :class:`FederationStore`.
 
-Everyone who holds the storage URL can read and write everything here, so nothing is trusted
-because of where it is: uploads are sealed to the server and signed by their participant, and
-every record the server writes is signed by it and verified by whoever reads it
-(:mod:`optuna_fedbo.federation.trust`). Layout (``NAME`` is the federation name; every write has
-a single writer, because Optuna's attribute writes are last-writer-wins):
-
-* study ``NAME`` -- what every participant reads. Study system attributes ``fedbo:config``
-  (canonical JSON, holding the server's public keys), ``fedbo:config_signature`` and
-  ``fedbo:config_hash`` (written once at creation), ``fedbo:latest`` (signed pointer to the
-  newest broadcast) and ``fedbo:server`` (the server's signed heartbeat). Each trial is one
-  broadcast: system attributes ``fedbo:round`` and ``fedbo:broadcast`` (the signed payload),
-  state ``COMPLETE`` once published (``RUNNING`` while staged, ``FAIL`` with the payload erased
-  once abandoned), value = number of contributors.
-* study ``NAME:fedbo:participants`` -- one trial per enrollment, signed by the server (the
-  participant's id and public signing key); the roster is the first ``N`` distinct enrolled ids
-  in trial-number order, so a participant's index never changes once it is enrolled.
-* study ``NAME:fedbo:uploads:RRRRRR`` per open round -- the sealed uploads, which only the
-  server can open: one system attribute ``u:<client_id>`` per participant (a second upload in
-  the same round overwrites the first, so it cannot count twice). The server deletes the study
-  once the round is published, so a late upload fails and uploads do not outlive their round.
-* studies ``NAME:fedbo:server:EEEEEE`` -- one per server start (its *epoch*): a server claims
-  the next free epoch by creating the study, which only one writer can do, signs the claim,
-  and stops publishing as soon as a later signed claim exists.
-* study ``NAME:fedbo:ledger`` -- the privacy ledger of a differentially private federation,
-  written by the server only and readable by everyone: one signed, append-only entry
-  ``r:RRRRRR:<digest>`` per payload that ever becomes readable (written before the payload is).
-  When the privacy budget is exhausted the server writes a signed ``fedbo:budget_exhausted``
-  to the main study.
+The storage is an untrusted relay: everyone who holds its URL can read and write everything, so
+nothing is trusted because of where it is (:mod:`optuna_fedbo.federation.trust`). The layout of
+the records (studies, attribute keys) is described in :mod:`optuna_fedbo.federation.records`;
+opening a storage from a URL is :mod:`optuna_fedbo.federation.storages`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-import json
-import os
 import threading
 import time
 from typing import Any
@@ -44,10 +17,6 @@ from typing import Any
 import optuna
 from optuna.exceptions import DuplicatedStudyError
 from optuna.storages import BaseStorage
-from optuna.storages import InMemoryStorage
-from optuna.storages import RDBStorage
-from optuna.storages.journal import JournalFileBackend
-from optuna.storages.journal import JournalStorage
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 from optuna.trial import TrialState
@@ -56,146 +25,30 @@ from optuna_fedbo.federation._damage import FederationNotFoundError
 from optuna_fedbo.federation._damage import missing_config
 from optuna_fedbo.federation._damage import missing_main_study
 from optuna_fedbo.federation._fresh import Freshness
+from optuna_fedbo.federation._server_epochs import ServerEpochs
+from optuna_fedbo.federation.records import BROADCAST_KEY
+from optuna_fedbo.federation.records import BUDGET_EXHAUSTED_KEY
+from optuna_fedbo.federation.records import check_client_id
+from optuna_fedbo.federation.records import CLIENT_KEY
+from optuna_fedbo.federation.records import CONFIG_HASH_KEY
+from optuna_fedbo.federation.records import CONFIG_KEY
+from optuna_fedbo.federation.records import CONFIG_SIGNATURE_KEY
+from optuna_fedbo.federation.records import ENROLLMENT_KEY
+from optuna_fedbo.federation.records import LATEST_KEY
+from optuna_fedbo.federation.records import ledger_key
+from optuna_fedbo.federation.records import LEDGER_PREFIX
+from optuna_fedbo.federation.records import loads_object
+from optuna_fedbo.federation.records import OPENED_KEY
+from optuna_fedbo.federation.records import PURGED
+from optuna_fedbo.federation.records import ROUND_KEY
+from optuna_fedbo.federation.records import SERVER_KEY
+from optuna_fedbo.federation.records import UPLOAD_PREFIX
+from optuna_fedbo.federation.storages import resolve_storage
 from optuna_fedbo.federation.trust import text_digest
 from optuna_fedbo.federation.trust import Trust
 from optuna_fedbo.federation.trust import UntrustedRecordError
 
 _logger = optuna.logging.get_logger(__name__)
-
-CONFIG_KEY = "fedbo:config"
-CONFIG_HASH_KEY = "fedbo:config_hash"
-CONFIG_SIGNATURE_KEY = "fedbo:config_signature"
-ENROLLMENT_KEY = "fedbo:enrollment"
-EPOCH_KEY = "fedbo:epoch"
-PURGED = "purged"
-LATEST_KEY = "fedbo:latest"
-SERVER_KEY = "fedbo:server"
-ROUND_KEY = "fedbo:round"
-BROADCAST_KEY = "fedbo:broadcast"
-CLIENT_KEY = "fedbo:client"
-OPENED_KEY = "fedbo:opened_at"
-UPLOAD_PREFIX = "u:"
-LEDGER_PREFIX = "r:"
-BUDGET_EXHAUSTED_KEY = "fedbo:budget_exhausted"
-
-#: Longest accepted participant id (RDB attribute keys are limited to 512 characters).
-MAX_CLIENT_ID_LENGTH = 128
-
-#: Seconds SQLite waits on a locked database before failing (the default 5 s is too short for
-#: a few processes writing at once).
-SQLITE_TIMEOUT = 60.0
-
-
-def resolve_storage(storage: str | BaseStorage | None, *, must_exist: bool = False) -> BaseStorage:
-    """Turn a storage argument into an Optuna storage.
-
-    Args:
-        storage: ``None`` (a new in-memory storage: one process only), a storage object, an RDB
-            URL (``sqlite:///fed.db``, ``postgresql://user:pw@host/db``, ...), or a journal file
-            as ``journal:PATH`` or any path ending in ``.log`` / ``.jsonl``.
-        must_exist: Refuse a SQLite or journal file that does not exist (loading a federation
-            never creates a file at a mistyped path).
-
-    Returns:
-        The storage.
-
-    Raises:
-        FederationNotFoundError: With ``must_exist``, for a file that does not exist.
-        ValueError: For a malformed URL, a missing directory, or a storage that cannot be
-            opened (one line, naming the URL).
-    """
-    if storage is None:
-        return InMemoryStorage()
-    if isinstance(storage, BaseStorage):
-        return storage
-    if not isinstance(storage, str) or not storage:
-        raise ValueError(f"storage must be None, a URL or a BaseStorage, got {storage!r}.")
-    journal = None
-    if storage.startswith("journal:"):
-        journal = storage[len("journal:") :]
-    elif "://" not in storage and storage.endswith((".log", ".jsonl")):
-        journal = storage
-    if journal is not None:
-        _check_file(storage, journal, must_exist)
-        return JournalStorage(JournalFileBackend(journal))
-    if "://" not in storage:
-        raise ValueError(
-            f"Cannot open storage {storage!r}: not a URL (e.g. sqlite:///fed.db, "
-            "postgresql://user:password@host/db) nor a journal file (journal:PATH or PATH.log)."
-        )
-    try:
-        if storage.startswith("sqlite"):
-            from sqlalchemy.engine import make_url
-
-            database = make_url(storage).database
-            if database and database != ":memory:" and not database.startswith("file:"):
-                _check_file(storage, database, must_exist)
-            return _open_rdb(
-                lambda: RDBStorage(
-                    storage, engine_kwargs={"connect_args": {"timeout": SQLITE_TIMEOUT}}
-                )
-            )
-        return _open_rdb(lambda: optuna.storages.get_storage(storage))
-    except (FederationNotFoundError, ValueError):
-        raise
-    except Exception as error:
-        text = str(error).strip().splitlines()
-        raise ValueError(
-            f"Cannot open storage {storage!r}: {type(error).__name__}: "
-            f"{text[0] if text else 'no details'}"
-        ) from None
-
-
-def _open_rdb(open_storage: Callable[[], BaseStorage]) -> BaseStorage:
-    """Open an RDB storage, retrying while another process is creating the same fresh schema.
-
-    Optuna creates the tables and stamps the schema version on first use without a lock, so two
-    processes opening one new database at the same moment (a server and its participants started
-    together) can collide: "table ... already exists" or a duplicate schema-version row. The
-    loser's retry finds the schema complete.
-    """
-    import sqlalchemy.exc
-
-    attempt = 1
-    while True:
-        try:
-            return optuna.storages.get_storage(open_storage())
-        except sqlalchemy.exc.DBAPIError as error:
-            concurrent_creation = isinstance(error, sqlalchemy.exc.IntegrityError) or (
-                "already exists" in str(error)
-            )
-            if not concurrent_creation or attempt == _SCHEMA_RACE_ATTEMPTS:
-                raise
-        time.sleep(0.05 * attempt)
-        attempt += 1
-
-
-_SCHEMA_RACE_ATTEMPTS = 6
-
-
-def _check_file(storage: str, path: str, must_exist: bool) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise ValueError(
-            f"Cannot open storage {storage!r}: directory {directory!r} does not exist."
-        )
-    if must_exist and not os.path.exists(path):
-        raise FederationNotFoundError(
-            f"No federation in storage {storage!r}: the file {path!r} does not exist."
-        )
-
-
-def check_client_id(client_id: Any) -> str:
-    """Validate a participant id: a non-empty printable string of at most 128 characters."""
-    if not isinstance(client_id, str) or not client_id:
-        raise ValueError(f"client_id must be a non-empty string, got {client_id!r}.")
-    if len(client_id) > MAX_CLIENT_ID_LENGTH:
-        raise ValueError(
-            f"client_id must have at most {MAX_CLIENT_ID_LENGTH} characters, got {len(client_id)}."
-        )
-    if not client_id.isprintable():
-        raise ValueError(f"client_id must be printable, got {client_id!r}.")
-    return client_id
 
 
 class ServerSupersededError(RuntimeError):
@@ -229,7 +82,7 @@ class StoredBroadcast:
     value: float | None
 
 
-class FederationStore:
+class FederationStore(ServerEpochs):
     """Reads and writes the federation's records in an Optuna storage (see the module doc).
 
     Every record that matters is signed by the server and verified here when read (with
@@ -639,79 +492,6 @@ class FederationStore:
             return None
 
     # ---------------------------------------------------------------------------- server
-    def server_epoch_study_name(self, epoch: int) -> str:
-        return f"{self.name}:fedbo:server:{epoch:06d}"
-
-    def has_server_epoch(self, epoch: int) -> bool:
-        """Whether a study of ``epoch`` exists (claimed, or being claimed)."""
-        try:
-            self.storage.get_study_id_from_name(self.server_epoch_study_name(epoch))
-        except KeyError:
-            return False
-        return True
-
-    def _signed_epoch(self, epoch: int) -> bool:
-        """Whether ``epoch`` was claimed by a server holding the federation's keys."""
-        try:
-            study_id = self.storage.get_study_id_from_name(self.server_epoch_study_name(epoch))
-            value = self.storage.get_study_system_attrs(study_id).get(EPOCH_KEY)
-        except KeyError:
-            return False
-        if value is None:
-            return False  # being claimed: its server signs it right after creating it
-        try:
-            return self._trust().verify("epoch", value).get("epoch") == epoch
-        except UntrustedRecordError as error:
-            self.warn_once(
-                f"epoch:{epoch}",
-                f"Ignoring server epoch {epoch} of federation {self.name!r}: {error}.",
-            )
-            return False
-
-    def superseded(self, epoch: int) -> int | None:
-        """The newer epoch a server-signed claim made after ``epoch``, or ``None``.
-
-        Epoch studies anyone may create; only signed claims count, so a forged one cannot stop
-        the server.
-        """
-        newer = epoch + 1
-        while self.has_server_epoch(newer):
-            if self._signed_epoch(newer):
-                return newer
-            newer += 1
-        return None
-
-    def claim_server_epoch(
-        self, start: int = 1, reserve: Callable[[int], bool] | None = None
-    ) -> int:
-        """Claim the next server epoch from ``start`` on: ``1 +`` the newest claimed one (and
-        reserved by ``reserve``, see :mod:`.epoch_pin`), then sign the claim.
-
-        Creating a study is the storage's one write that a single writer wins (a second create
-        of the same name raises ``DuplicatedStudyError``), so two servers starting at once get
-        different epochs. Epochs are claimed in order, so a server of epoch ``e`` has been
-        superseded exactly when a later epoch holds a signed claim.
-        """
-        epoch = start
-        while True:
-            while self.has_server_epoch(epoch):
-                epoch += 1
-            if reserve is not None and not reserve(epoch):
-                epoch += 1
-                continue
-            try:
-                study_id = self.storage.create_new_study(
-                    [StudyDirection.MINIMIZE], self.server_epoch_study_name(epoch)
-                )
-            except DuplicatedStudyError:
-                epoch += 1  # another server claimed it first: try the next one
-                continue
-            claim = {"epoch": epoch, "claimed_at": time.time()}
-            self.storage.set_study_system_attr(
-                study_id, EPOCH_KEY, self._trust().sign("epoch", claim)
-            )
-            return epoch
-
     def write_server_status(self, status: dict[str, Any]) -> None:
         self.storage.set_study_system_attr(
             self._study_id(self.name), SERVER_KEY, self._trust().sign("heartbeat", status)
@@ -733,27 +513,13 @@ class FederationStore:
         return self._fresh.heartbeat(status)  # an older one (replayed): warned, ignored
 
 
-def ledger_key(round_index: Any, payload_digest: Any) -> str:
-    """The ledger key of the entry accounting one payload of a round."""
-    if isinstance(round_index, bool) or not isinstance(round_index, int):
-        raise ValueError("malformed round")
-    if not isinstance(payload_digest, str) or len(payload_digest) != 64:
-        raise ValueError("malformed payload digest")
-    return f"{LEDGER_PREFIX}{round_index:06d}:{payload_digest[:32]}"
-
-
-def loads_object(text: Any) -> dict[str, Any]:
-    """Parse a JSON object stored as a string.
-
-    Raises:
-        ValueError: If ``text`` is not a string holding a JSON object.
-    """
-    if not isinstance(text, str):
-        raise ValueError(f"expected a JSON string, got {type(text).__name__}")
-    try:
-        value = json.loads(text)
-    except ValueError:
-        raise ValueError("not valid JSON") from None
-    if not isinstance(value, dict):
-        raise ValueError("not a JSON object")
-    return value
+__all__ = [
+    "FederationStore",
+    "ServerSupersededError",
+    "StoredBroadcast",
+    # Kept importable from here (they moved to records.py, storages.py and _damage.py):
+    "FederationNotFoundError",
+    "check_client_id",
+    "loads_object",
+    "resolve_storage",
+]

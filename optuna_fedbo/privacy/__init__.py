@@ -10,14 +10,11 @@ from __future__ import annotations
 from optuna_fedbo.privacy._accounting import AccountantKind
 from optuna_fedbo.privacy._accounting import ACCOUNTANTS
 from optuna_fedbo.privacy._accounting import calibrate_noise_multiplier
-from optuna_fedbo.privacy._accounting import classic_rdp_to_epsilon
 from optuna_fedbo.privacy._accounting import compute_epsilon
 from optuna_fedbo.privacy._accounting import default_delta
 from optuna_fedbo.privacy._accounting import make_dp_accountant
-from optuna_fedbo.privacy._accounting import MOMENTS_ORDERS
 from optuna_fedbo.privacy._accounting import PLD_VALUE_DISCRETIZATION_INTERVAL
 from optuna_fedbo.privacy._accounting import PrivacyAccountant
-from optuna_fedbo.privacy._accounting import RDP_ORDERS
 from optuna_fedbo.privacy._accounting import SamplingKind
 from optuna_fedbo.privacy._accounting import SAMPLINGS
 from optuna_fedbo.privacy._accounting import SubsampledGaussianEvent
@@ -29,6 +26,9 @@ from optuna_fedbo.privacy._gaussian import subsampled_gaussian_aggregate
 from optuna_fedbo.privacy._gaussian import SubsampledGaussianMechanism
 from optuna_fedbo.privacy._laplace import LaplaceMechanism
 from optuna_fedbo.privacy._laplace import privatize_objective
+from optuna_fedbo.privacy._renyi import classic_rdp_to_epsilon
+from optuna_fedbo.privacy._renyi import MOMENTS_ORDERS
+from optuna_fedbo.privacy._renyi import RDP_ORDERS
 from optuna_fedbo.privacy._rng import secure_rng
 
 

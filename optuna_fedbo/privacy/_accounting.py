@@ -59,6 +59,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from optuna_fedbo.privacy._checks import check_budget
+from optuna_fedbo.privacy._checks import check_delta
+from optuna_fedbo.privacy._checks import check_noise_multiplier
+from optuna_fedbo.privacy._checks import check_positive_int
+from optuna_fedbo.privacy._checks import check_rounds
+from optuna_fedbo.privacy._checks import check_sample_rate
+from optuna_fedbo.privacy._renyi import classic_rdp_to_epsilon
+from optuna_fedbo.privacy._renyi import RDP_ORDERS
+
 if TYPE_CHECKING:
     # ``dp_accounting`` (with scipy.stats and scipy.signal) takes most of a second to import:
     # it is imported by the functions that account, not when optuna_fedbo is imported.
@@ -74,28 +83,6 @@ SamplingKind = Literal["poisson", "fixed_size"]
 ACCOUNTANTS: Final[tuple[str, ...]] = ("moments", "rdp", "pld")
 SAMPLINGS: Final[tuple[str, ...]] = ("poisson", "fixed_size")
 
-MOMENTS_ORDERS: Final[tuple[int, ...]] = tuple(range(2, 65)) + (
-    80,
-    96,
-    128,
-    192,
-    256,
-    384,
-    512,
-    768,
-    1024,
-)
-"""Integer Renyi orders of the moments accountant: 2-64, then up to 1024 for strong noise."""
-
-RDP_ORDERS: Final[tuple[float, ...]] = tuple(
-    sorted(
-        {round(1.0 + k / 10.0, 1) for k in range(1, 100)}  # 1.1, 1.2, ..., 10.9
-        | {float(order) for order in range(11, 65)}
-        | {float(order) for order in MOMENTS_ORDERS if order > 64}
-    )
-)
-"""Renyi orders of the ``"rdp"`` accountant: fractional 1.1-10.9, integers 11-64, up to 1024."""
-
 PLD_VALUE_DISCRETIZATION_INTERVAL: Final[float] = 1e-3
 """PLD grid: matches 1e-4 to four decimals on the paper's settings, about ten times faster."""
 
@@ -108,7 +95,7 @@ _DP_ACCOUNTING_VERSION: Final[str] = importlib.metadata.version("dp-accounting")
 
 def default_delta(n_agents: int) -> float:
     """The papers' ``delta = 1 / N^1.1`` (McMahan et al. 2018) for ``N`` registered agents."""
-    n_agents = _check_positive_int(n_agents, "n_agents")
+    n_agents = check_positive_int(n_agents, "n_agents")
     if n_agents < 2:
         raise ValueError("default_delta needs at least 2 agents (1 / 1^1.1 = 1 is no guarantee).")
     return float(n_agents) ** -1.1
@@ -137,14 +124,12 @@ class SubsampledGaussianEvent:
     n_agents: int | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "noise_multiplier", _check_noise_multiplier(self.noise_multiplier)
-        )
-        object.__setattr__(self, "sample_rate", _check_sample_rate(self.sample_rate))
+        object.__setattr__(self, "noise_multiplier", check_noise_multiplier(self.noise_multiplier))
+        object.__setattr__(self, "sample_rate", check_sample_rate(self.sample_rate))
         if self.sampling not in SAMPLINGS:
             raise ValueError(f"sampling must be one of {SAMPLINGS}, got {self.sampling!r}.")
         if self.n_agents is not None:
-            object.__setattr__(self, "n_agents", _check_positive_int(self.n_agents, "n_agents"))
+            object.__setattr__(self, "n_agents", check_positive_int(self.n_agents, "n_agents"))
         if self.sampling == "fixed_size":
             if self.n_agents is None:
                 raise ValueError("sampling='fixed_size' needs n_agents (the number N of agents).")
@@ -195,36 +180,6 @@ class SubsampledGaussianEvent:
         return SubsampledGaussianEvent(
             noise_multiplier, self.sample_rate, self.sampling, self.n_agents
         )
-
-
-def classic_rdp_to_epsilon(
-    orders: np.ndarray, rdp: np.ndarray, delta: float
-) -> tuple[float, float]:
-    """The moments accountant's conversion ``eps = min_a [rdp(a) + log(1/delta) / (a - 1)]``.
-
-    Args:
-        orders: Renyi orders (> 1).
-        rdp: Composed Renyi DP at those orders (``+inf`` entries are ignored).
-        delta: Target delta in ``(0, 1)``.
-
-    Returns:
-        ``(epsilon, optimal order)``; ``(inf, nan)`` if every order is infinite.
-    """
-    delta = _check_delta(delta)
-    orders = np.asarray(orders, dtype=float)
-    rdp = np.asarray(rdp, dtype=float)
-    if orders.shape != rdp.shape or orders.ndim != 1:
-        raise ValueError(
-            f"orders and rdp must be 1-D of equal length: {orders.shape}, {rdp.shape}."
-        )
-    if np.any(orders <= 1.0):
-        raise ValueError("Renyi orders must all be > 1 for the classic conversion.")
-    eps = rdp + math.log(1.0 / delta) / (orders - 1.0)
-    eps = np.where(np.isnan(eps), np.inf, eps)
-    best = int(np.argmin(eps))
-    if not math.isfinite(float(eps[best])):
-        return math.inf, math.nan
-    return max(0.0, float(eps[best])), float(orders[best])
 
 
 def make_dp_accountant(
@@ -284,8 +239,8 @@ def compute_epsilon(
         Epsilon as a Python float.
     """
     event = SubsampledGaussianEvent(noise_multiplier, sample_rate, sampling, n_agents)
-    rounds = _check_rounds(rounds)
-    delta = _check_delta(delta)
+    rounds = check_rounds(rounds)
+    delta = check_delta(delta)
     dp_accountant = _supported_accountant(accountant, event)
     if rounds == 0:
         return 0.0
@@ -338,10 +293,10 @@ def calibrate_noise_multiplier(
     target_epsilon = float(target_epsilon)
     if not (math.isfinite(float(tol)) and float(tol) > 0):
         raise ValueError(f"tol must be positive, got {tol!r}.")
-    rounds = _check_rounds(rounds)
+    rounds = check_rounds(rounds)
     if rounds == 0:
         raise ValueError("rounds must be >= 1 to calibrate (0 rounds cost nothing at any z).")
-    delta = _check_delta(delta)
+    delta = check_delta(delta)
     template = SubsampledGaussianEvent(1.0, sample_rate, sampling, n_agents)
     relation = template.neighboring_relation
     _supported_accountant(accountant, template)
@@ -399,7 +354,7 @@ class PrivacyAccountant:
         from dp_accounting.pld import privacy_loss_distribution as dp_pld_lib
 
         self._event = SubsampledGaussianEvent(noise_multiplier, sample_rate, sampling, n_agents)
-        self._delta = _check_delta(delta)
+        self._delta = check_delta(delta)
         self._kind: AccountantKind = accountant
         one_round = _supported_accountant(accountant, self._event)
         self._lock = threading.Lock()
@@ -423,7 +378,11 @@ class PrivacyAccountant:
 
     @classmethod
     def from_event(
-        cls, event: SubsampledGaussianEvent, delta: float, *, accountant: AccountantKind = "pld"
+        cls,
+        event: SubsampledGaussianEvent,
+        delta: float,
+        *,
+        accountant: AccountantKind = "pld",
     ) -> PrivacyAccountant:
         """An accountant for repeated releases of ``event``."""
         return cls(
@@ -457,7 +416,7 @@ class PrivacyAccountant:
 
     def epsilon(self, rounds: int) -> float:
         """Epsilon after ``rounds`` released rounds (0 rounds: 0.0)."""
-        rounds = _check_rounds(rounds)
+        rounds = check_rounds(rounds)
         if rounds == 0:
             return 0.0
         if self._kind == "pld":
@@ -472,7 +431,7 @@ class PrivacyAccountant:
 
     def would_exceed(self, rounds: int, budget: float) -> bool:
         """Whether ``rounds`` released rounds would spend more than ``budget`` epsilon."""
-        budget = _check_budget(budget)
+        budget = check_budget(budget)
         return self.epsilon(rounds) > budget
 
     def max_rounds(self, budget: float, *, limit: int = 10_000) -> int:
@@ -480,8 +439,8 @@ class PrivacyAccountant:
 
         Epsilon is non-decreasing in ``T``, so a binary search takes ``O(log limit)`` calls.
         """
-        budget = _check_budget(budget)
-        limit = _check_rounds(limit)
+        budget = check_budget(budget)
+        limit = check_rounds(limit)
         if self.epsilon(limit) <= budget:
             return limit
         low, high = 0, limit  # epsilon(low) <= budget < epsilon(high)
@@ -588,63 +547,6 @@ def _quiet_fractional_order_warnings() -> Iterator[None]:
                 len(drop.dropped),
                 ", ".join(f"{order:g}" for order in sorted(set(drop.dropped))),
             )
-
-
-def _as_float(name: str, value: float, expected: str) -> float:
-    """``value`` as a Python float (never a numpy scalar), or a ValueError naming ``expected``."""
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be {expected}, got {value!r}.")
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be {expected}, got {value!r}.") from None
-
-
-def _check_noise_multiplier(value: float) -> float:
-    z = _as_float("noise_multiplier", value, "a positive number")
-    if not (math.isfinite(z) and z > 0):
-        raise ValueError(f"noise_multiplier must be positive and finite, got {value!r}.")
-    return z
-
-
-def _check_sample_rate(value: float) -> float:
-    q = _as_float("sample_rate", value, "a number in (0, 1]")
-    if not 0.0 < q <= 1.0:
-        raise ValueError(f"sample_rate must lie in (0, 1], got {value!r}.")
-    return q
-
-
-def _check_delta(value: float) -> float:
-    delta = _as_float("delta", value, "a number in (0, 1)")
-    if not 0.0 < delta < 1.0:
-        raise ValueError(f"delta must lie in (0, 1), got {value!r}.")
-    return delta
-
-
-def _check_budget(value: float) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"budget must be a non-negative number, got {value!r}.")
-    try:
-        budget = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"budget must be a non-negative number, got {value!r}.") from None
-    if math.isnan(budget) or budget < 0:
-        raise ValueError(f"budget must be a non-negative number, got {value!r}.")
-    return budget
-
-
-def _check_rounds(value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"rounds must be a non-negative integer, got {value!r}.")
-    if value < 0:
-        raise ValueError(f"rounds must be a non-negative integer, got {value!r}.")
-    return int(value)
-
-
-def _check_positive_int(value: int, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-    return int(value)
 
 
 def __getattr__(name: str) -> object:

@@ -28,12 +28,12 @@ import threading
 from typing import Final
 from typing import TYPE_CHECKING
 
-from optuna_fedbo.privacy._accounting import _check_budget
-from optuna_fedbo.privacy._accounting import _check_delta
-from optuna_fedbo.privacy._accounting import _check_rounds
 from optuna_fedbo.privacy._accounting import AccountantKind
 from optuna_fedbo.privacy._accounting import PrivacyAccountant
 from optuna_fedbo.privacy._accounting import SubsampledGaussianEvent
+from optuna_fedbo.privacy._checks import check_budget
+from optuna_fedbo.privacy._checks import check_delta
+from optuna_fedbo.privacy._checks import check_rounds
 
 if TYPE_CHECKING:
     from dp_accounting.pld import privacy_loss_distribution as dp_pld_lib
@@ -59,7 +59,7 @@ class EpsilonCurve:
         accountant: AccountantKind = "pld",
     ) -> None:
         self._accountant = PrivacyAccountant.from_event(
-            event, _check_delta(delta), accountant=accountant
+            event, check_delta(delta), accountant=accountant
         )
         self._one: dp_pld_lib.PrivacyLossDistribution | None = self._accountant.per_round_pld
         self._values: dict[int, float] = {0: 0.0}
@@ -93,7 +93,7 @@ class EpsilonCurve:
 
     def epsilon(self, rounds: int) -> float:
         """Epsilon after ``rounds`` releases (``0.0`` for none)."""
-        rounds = _check_rounds(rounds)
+        rounds = check_rounds(rounds)
         with self._lock:
             value = self._values.get(rounds)
             if value is None:
@@ -102,7 +102,7 @@ class EpsilonCurve:
 
     def extend(self, rounds: int) -> None:
         """Precompute ``eps(T)`` for every ``T <= rounds`` (afterwards each is a lookup)."""
-        rounds = _check_rounds(rounds)
+        rounds = check_rounds(rounds)
         with self._lock:
             if rounds <= self._horizon:
                 return
@@ -128,8 +128,8 @@ class EpsilonCurve:
         ``eps`` is non-decreasing in ``T``: a doubling search then a bisection take
         ``O(log T)`` evaluations (each cached).
         """
-        budget = _check_budget(budget)
-        limit = _check_rounds(limit)
+        budget = check_budget(budget)
+        limit = check_rounds(limit)
         low, high = 0, 1  # eps(low) <= budget
         while high <= limit and self.epsilon(high) <= budget:
             low, high = high, 2 * high

@@ -1,7 +1,9 @@
 """The moments accountant of the DP-FTS-DE paper as a ``dp_accounting`` accountant.
 
 Kept apart from :mod:`optuna_fedbo.privacy._accounting` because it subclasses a
-``dp_accounting`` class, so importing it imports ``dp_accounting`` (slow).
+``dp_accounting`` class, so importing it imports ``dp_accounting`` (slow); it takes its orders
+and conversion from :mod:`optuna_fedbo.privacy._renyi`, never from the accounting module (which
+imports it lazily).
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ import dp_accounting
 from dp_accounting import rdp as dp_rdp
 import numpy as np
 
-from optuna_fedbo.privacy._accounting import classic_rdp_to_epsilon
-from optuna_fedbo.privacy._accounting import MOMENTS_ORDERS
+from optuna_fedbo.privacy._renyi import classic_rdp_to_epsilon
+from optuna_fedbo.privacy._renyi import MOMENTS_ORDERS
 
 
 class MomentsAccountant(dp_rdp.RdpAccountant):

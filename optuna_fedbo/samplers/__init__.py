@@ -7,6 +7,7 @@ from optuna_fedbo.samplers._fed import TrialCounts
 from optuna_fedbo.samplers._fed_pne import FedPNEPhaseTimeout
 from optuna_fedbo.samplers._fed_pne import FedPNESampler
 from optuna_fedbo.samplers._fed_thompson import FedThompsonSampler
+from optuna_fedbo.samplers._fed_transfer import FedTransferSampler
 from optuna_fedbo.samplers._ldp_ucb import LDPUCBSampler
 from optuna_fedbo.samplers._local_gp import LocalGPSampler
 from optuna_fedbo.samplers._rff_thompson import RFFThompsonSampler
@@ -16,6 +17,7 @@ __all__ = [
     "FedPNESampler",
     "FedSampler",
     "FedThompsonSampler",
+    "FedTransferSampler",
     "LDPUCBSampler",
     "LocalGPSampler",
     "RFFThompsonSampler",

@@ -45,41 +45,91 @@ def outside_relative_space_reason(study: Study, min_completed: int) -> str | Non
     )
 
 
-def sample_independently(
-    sampler: BaseSampler,
-    independent_sampler: BaseSampler,
-    study: Study,
-    trial: FrozenTrial,
-    param_name: str,
-    param_distribution: BaseDistribution,
-    *,
-    warning_reason: str | None,
-) -> Any:
-    """Sample one parameter with ``independent_sampler``, with Optuna's usual warning.
+class FallbackSampler(BaseSampler):
+    """The independent-sampler fallback every optuna-fedbo sampler shares.
+
+    What the sampler does not choose itself goes to ``independent_sampler`` (a
+    :class:`~optuna.samplers.RandomSampler` by default) with Optuna's usual warning; the
+    independent sampler (and any other sampler :meth:`_companions` names) sees every trial's
+    ``before_trial`` and ``after_trial``, and :meth:`reseed_rng` reseeds them with the sampler's
+    own randomness (``self._rng``). Subclasses call ``super().__init__`` and extend the hooks
+    with ``super()``.
 
     Args:
-        sampler: The sampler falling back (named in the warning).
-        independent_sampler: The sampler that draws the value.
-        study: The study.
-        trial: The trial.
-        param_name: The parameter's name.
-        param_distribution: The parameter's distribution.
-        warning_reason: Why the fallback happened, for the warning; ``None`` for no warning.
+        independent_sampler: Defaults to :class:`~optuna.samplers.RandomSampler`.
+        warn_independent_sampling: Whether the sampler warns when it falls back (subclasses
+            decide when; see :meth:`_sample_independently`).
+        seed: Seed of the sampler's own randomness and of the default independent sampler.
     """
-    if warning_reason is not None:
-        _logger.warning(
-            _INDEPENDENT_SAMPLING_WARNING_TEMPLATE.format(
-                param_name=param_name,
-                trial_number=trial.number,
-                independent_sampler_name=type(independent_sampler).__name__,
-                sampler_name=type(sampler).__name__,
-                fallback_reason=warning_reason,
+
+    def __init__(
+        self,
+        *,
+        independent_sampler: BaseSampler | None,
+        warn_independent_sampling: bool,
+        seed: int | None,
+    ) -> None:
+        self._rng = np.random.default_rng(seed)
+        self._independent_sampler = independent_sampler or RandomSampler(seed=seed)
+        self._warn_independent_sampling = warn_independent_sampling
+
+    def _companions(self) -> list[BaseSampler]:
+        """The samplers that see this one's trial hooks and reseeding."""
+        return [self._independent_sampler]
+
+    def reseed_rng(self) -> None:
+        self._rng = np.random.default_rng()
+        for sampler in self._companions():
+            sampler.reseed_rng()
+
+    def _sample_independently(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        param_name: str,
+        param_distribution: BaseDistribution,
+        *,
+        warning_reason: str | None,
+    ) -> Any:
+        """Sample one parameter with the independent sampler, with Optuna's usual warning.
+
+        Args:
+            study: The study.
+            trial: The trial.
+            param_name: The parameter's name.
+            param_distribution: The parameter's distribution.
+            warning_reason: Why the fallback happened, for the warning; ``None`` for no warning.
+        """
+        if warning_reason is not None:
+            _logger.warning(
+                _INDEPENDENT_SAMPLING_WARNING_TEMPLATE.format(
+                    param_name=param_name,
+                    trial_number=trial.number,
+                    independent_sampler_name=type(self._independent_sampler).__name__,
+                    sampler_name=type(self).__name__,
+                    fallback_reason=warning_reason,
+                )
             )
+        return self._independent_sampler.sample_independent(
+            study, trial, param_name, param_distribution
         )
-    return independent_sampler.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        for sampler in self._companions():
+            sampler.before_trial(study, trial)
+
+    def after_trial(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        state: TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        for sampler in self._companions():
+            sampler.after_trial(study, trial, state, values)
 
 
-class LocalModelSampler(BaseSampler):
+class LocalModelSampler(FallbackSampler):
     """What a sampler with a model of the study's own trials shares with every other one.
 
     The model covers the intersection search space (minus single-valued parameters) once
@@ -104,15 +154,13 @@ class LocalModelSampler(BaseSampler):
     ) -> None:
         if n_startup_trials < 0:
             raise ValueError(f"n_startup_trials must be non-negative, got {n_startup_trials}.")
+        super().__init__(
+            independent_sampler=independent_sampler,
+            warn_independent_sampling=warn_independent_sampling,
+            seed=seed,
+        )
         self._n_startup_trials = n_startup_trials
-        self._rng = np.random.default_rng(seed)
-        self._independent_sampler = independent_sampler or RandomSampler(seed=seed)
-        self._warn_independent_sampling = warn_independent_sampling
         self._intersection_search_space = IntersectionSearchSpace()
-
-    def reseed_rng(self) -> None:
-        self._rng = np.random.default_rng()
-        self._independent_sampler.reseed_rng()
 
     def infer_relative_search_space(
         self, study: Study, trial: FrozenTrial
@@ -136,24 +184,6 @@ class LocalModelSampler(BaseSampler):
             if self._warn_independent_sampling
             else None
         )
-        return sample_independently(
-            self,
-            self._independent_sampler,
-            study,
-            trial,
-            param_name,
-            param_distribution,
-            warning_reason=reason,
+        return self._sample_independently(
+            study, trial, param_name, param_distribution, warning_reason=reason
         )
-
-    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
-        self._independent_sampler.before_trial(study, trial)
-
-    def after_trial(
-        self,
-        study: Study,
-        trial: FrozenTrial,
-        state: TrialState,
-        values: Sequence[float] | None,
-    ) -> None:
-        self._independent_sampler.after_trial(study, trial, state, values)

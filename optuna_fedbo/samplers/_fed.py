@@ -1,37 +1,42 @@
 """``FedSampler``: the participant's sampler, whatever the federation's protocol.
 
 ``FedSampler(federation, client_id=..., seed=...)`` builds the sampler that the federation's
-protocol registered (:class:`~optuna_fedbo.FedThompsonSampler` for the FTS family,
-:class:`~optuna_fedbo.FedPNESampler` for Fed-PNE); both subclass :class:`FedSampler`, which holds
+protocol registered (:class:`~optuna_fedbo.FedTransferSampler` or
+:class:`~optuna_fedbo.FedThompsonSampler` for the FTS family, as ``FTSConfig.transfer`` says;
+:class:`~optuna_fedbo.FedPNESampler` for Fed-PNE); all subclass :class:`FedSampler`, which holds
 what every participant does the same way: its lease on the participant id (one live process per
-id), its lifecycle (finished when its study ends), the count of its trials by kind, and the
-warnings that keep a federation from silently doing nothing.
+id), its lifecycle (finished when its study ends), the count of its trials by kind, the
+fallback for parameters outside the federation's search space, and the warnings that keep a
+federation from silently doing nothing.
 """
 
 from __future__ import annotations
 
 import atexit
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 import statistics
 import sys
 import threading
 import time
 from typing import Any
+from typing import ClassVar
 import weakref
 
 import optuna
-from optuna.samplers import BaseSampler
+from optuna.distributions import BaseDistribution
 from optuna.storages import InMemoryStorage
 from optuna.study import Study
 from optuna.trial import FrozenTrial
+from optuna.trial import TrialState
 
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.finished import finished_message
 from optuna_fedbo.federation.finished import finished_record
 from optuna_fedbo.federation.lease import DEFAULT_LEASE_TTL
 from optuna_fedbo.federation.lifecycle import COUNT_KINDS
-from optuna_fedbo.federation.protocol import get_protocol
+from optuna_fedbo.samplers._common import FallbackSampler
 from optuna_fedbo.samplers._site_checks import SiteChecks
 from optuna_fedbo.samplers._site_state import SiteState
 
@@ -71,6 +76,9 @@ class TrialCounts:
 
 _LIVE: weakref.WeakSet[FedSampler] = weakref.WeakSet()
 
+#: The participant class of each protocol kind (filled in by :class:`FedSampler` subclasses).
+_PARTICIPANTS: dict[str, type[FedSampler]] = {}
+
 
 @atexit.register
 def _finish_at_exit() -> None:
@@ -89,14 +97,16 @@ def _finish_at_exit() -> None:
             pass
 
 
-class FedSampler(BaseSampler):
+class FedSampler(FallbackSampler):
     """The sampler of a federation's participant; the protocol comes from the federation.
 
     ``FedSampler(federation, client_id="site-3", seed=3)`` returns the sampler of the
-    federation's protocol: a :class:`~optuna_fedbo.FedThompsonSampler` (FTS, FTS-DE, DP-FTS-DE)
-    or a :class:`~optuna_fedbo.FedPNESampler` (Fed-PNE, DP-Fed-PNE); further keyword arguments
-    go to that class. Both are ``FedSampler`` instances, so ``isinstance(s, FedSampler)`` holds
-    for every participant sampler.
+    federation's protocol: a :class:`~optuna_fedbo.FedTransferSampler` (the FTS family's
+    default, ``FTSConfig.transfer="prior"``), a :class:`~optuna_fedbo.FedThompsonSampler` (the
+    papers' FTS, FTS-DE, DP-FTS-DE participant, ``transfer="schedule"``) or a
+    :class:`~optuna_fedbo.FedPNESampler` (Fed-PNE, DP-Fed-PNE); further keyword arguments go to
+    that class. All are ``FedSampler`` instances, so ``isinstance(s, FedSampler)`` holds for
+    every participant sampler.
 
     What every participant does:
 
@@ -129,12 +139,37 @@ class FedSampler(BaseSampler):
 
     federation: Federation
 
+    #: The protocol kind whose participant this class is: a subclass that sets it is the class
+    #: ``FedSampler(federation, ...)`` builds for that protocol (the first one defined).
+    protocol_kind: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.protocol_kind:
+            _PARTICIPANTS.setdefault(cls.protocol_kind, cls)
+
     def __new__(cls, federation: Federation, *args: Any, **kwargs: Any) -> FedSampler:
+        if not isinstance(federation, Federation):
+            raise ValueError(f"federation must be a Federation, got {federation!r}.")
         if cls is FedSampler:
-            if not isinstance(federation, Federation):
-                raise ValueError(f"federation must be a Federation, got {federation!r}.")
-            cls = get_protocol(federation.protocol.kind).sampler_class()
-        return super().__new__(cls)
+            kind = federation.protocol.kind
+            if kind not in _PARTICIPANTS:
+                raise ValueError(
+                    f"No participant sampler for protocol {kind!r} of federation "
+                    f"{federation.name!r}: import the module of its FedSampler subclass (one "
+                    f"with protocol_kind = {kind!r}) first."
+                )
+            cls = _PARTICIPANTS[kind]
+        sampler = super().__new__(cls._sampler_for(federation))
+        if not isinstance(sampler, cls):  # Python initializes only an instance of ``cls``
+            sampler.__init__(federation, *args, **kwargs)
+        return sampler
+
+    @classmethod
+    def _sampler_for(cls, federation: Federation) -> type[FedSampler]:
+        """The class that ``cls(federation, ...)`` builds (a protocol with several
+        participant classes picks one from the federation's configuration)."""
+        return cls
 
     # ------------------------------------------------------------------ participation
     def _participate(
@@ -174,6 +209,22 @@ class FedSampler(BaseSampler):
                 f"{client_id}: {finished_message(federation, over)}. This site runs locally: "
                 "it neither waits for a broadcast nor uploads."
             )
+
+    def _sample_outside(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        param_name: str,
+        param_distribution: BaseDistribution,
+        *,
+        warn: bool = True,
+    ) -> Any:
+        """Sample a parameter the federation does not choose (with one warning per name)."""
+        warn = warn and self._warn_independent_sampling and self._first(f"outside:{param_name}")
+        reason = f"the parameter is not in the search space of federation {self.federation.name!r}"
+        return self._sample_independently(
+            study, trial, param_name, param_distribution, warning_reason=reason if warn else None
+        )
 
     def _first(self, key: str) -> bool:
         """Whether ``key`` is seen for the first time (for warnings given once)."""
@@ -243,6 +294,16 @@ class FedSampler(BaseSampler):
                 self._lease.renew()
         except Exception:
             _logger.debug("Could not renew the participant's lease.", exc_info=True)
+
+    def after_trial(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        state: TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        self._trial_done(trial._trial_id)
+        super().after_trial(study, trial, state, values)
 
     def _uploaded_to(self, round_index: int) -> None:
         with self._life_lock:

@@ -12,7 +12,6 @@ import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler
-from optuna.samplers import RandomSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial
 from optuna.trial import TrialState
@@ -27,7 +26,6 @@ from optuna_fedbo.federation.fedpne.channel import FedPNEStatus
 from optuna_fedbo.federation.fedpne.releases import ReleaseBook
 from optuna_fedbo.privacy._rng import refuse_insecure_noise_seed
 from optuna_fedbo.privacy._rng import research_rng
-from optuna_fedbo.samplers._common import sample_independently
 from optuna_fedbo.samplers._fed import DEFAULT_LEASE_TTL
 from optuna_fedbo.samplers._fed import FedSampler
 from optuna_fedbo.samplers._fed import STALL_SECONDS
@@ -109,9 +107,9 @@ class FedPNESampler(FedSampler):
             from the operating system's entropy.
         lease_ttl: Seconds after its last heartbeat at which this participant's lease on
             ``client_id`` expires if its process dies (see :class:`~optuna_fedbo.FedSampler`).
-        worker: This worker's name (see :class:`~optuna_fedbo.FedSampler`); ``None``: an
-            anonymous worker.
     """
+
+    protocol_kind = "fedpne"
 
     def __init__(
         self,
@@ -141,6 +139,11 @@ class FedPNESampler(FedSampler):
             raise ValueError(f"on_timeout must be one of {ON_TIMEOUT}, got {on_timeout!r}.")
         if not poll_interval > 0:
             raise ValueError(f"poll_interval must be > 0, got {poll_interval!r}.")
+        super().__init__(
+            independent_sampler=independent_sampler,
+            warn_independent_sampling=warn_independent_sampling,
+            seed=seed,
+        )
         self.channel = FedPNEChannel(federation)
         self._participate(federation, client_id, lease_ttl, worker)
         self._config = self.channel.config
@@ -148,9 +151,6 @@ class FedPNESampler(FedSampler):
         self._space = federation.search_space
         self._on_timeout = on_timeout
         self._poll_interval = poll_interval
-        self._rng = np.random.default_rng(seed)
-        self._independent_sampler = independent_sampler or RandomSampler(seed=seed)
-        self._warn_independent_sampling = warn_independent_sampling
         self._lock = threading.RLock()
         self._points: dict[int, dict[str, Any]] = {}
         self._inflight: dict[int, tuple[int, int]] = {}
@@ -199,10 +199,6 @@ class FedPNESampler(FedSampler):
         """The federation's phase, who is missing, the best node."""
         return self.channel.status()
 
-    def reseed_rng(self) -> None:
-        self._rng = np.random.default_rng()
-        self._independent_sampler.reseed_rng()
-
     # --------------------------------------------------------------------- sampling
     def infer_relative_search_space(
         self, study: Study, trial: FrozenTrial
@@ -235,17 +231,7 @@ class FedPNESampler(FedSampler):
                     "space exactly."
                 )
             return self._point(study, trial)[param_name]
-        reason = f"the parameter is not in the search space of federation {self.federation.name!r}"
-        warn = self._warn_independent_sampling  # once per parameter
-        return sample_independently(
-            self,
-            self._independent_sampler,
-            study,
-            trial,
-            param_name,
-            param_distribution,
-            warning_reason=reason if warn and self._first(f"outside:{param_name}") else None,
-        )
+        return self._sample_outside(study, trial, param_name, param_distribution)
 
     def _point(self, study: Study, trial: FrozenTrial) -> dict[str, Any]:
         """This trial's parameters (chosen once, at its first federation parameter)."""
@@ -402,7 +388,7 @@ class FedPNESampler(FedSampler):
     # ------------------------------------------------------------------ trial hooks
     def before_trial(self, study: Study, trial: FrozenTrial) -> None:
         self._start_trial(study, trial)
-        self._independent_sampler.before_trial(study, trial)
+        super().before_trial(study, trial)
 
     def after_trial(
         self,
@@ -411,8 +397,7 @@ class FedPNESampler(FedSampler):
         state: TrialState,
         values: Sequence[float] | None,
     ) -> None:
-        self._trial_done(trial._trial_id)
-        self._independent_sampler.after_trial(study, trial, state, values)
+        super().after_trial(study, trial, state, values)
         with self._lock:
             self._points.pop(trial._trial_id, None)
             entry = self._inflight.get(trial._trial_id)

@@ -17,14 +17,14 @@ from optuna.trial import FrozenTrial
 from optuna.trial import TrialState
 
 from optuna_fedbo.core.gp import GaussianProcess
-from optuna_fedbo.core.gp import GPFitState
-from optuna_fedbo.core.gp import MAX_GP_POINTS
-from optuna_fedbo.core.gp import REFIT_GROWTH
-from optuna_fedbo.core.gp import update_gp
 from optuna_fedbo.core.gp_acquisition import GPUpperConfidenceBound
 from optuna_fedbo.core.gp_acquisition import LogExpectedImprovement
 from optuna_fedbo.core.gp_acquisition import maximize_on_gp
 from optuna_fedbo.core.gp_acquisition import thompson_candidate
+from optuna_fedbo.core.gp_fit import GPFitState
+from optuna_fedbo.core.gp_fit import MAX_GP_POINTS
+from optuna_fedbo.core.gp_fit import REFIT_GROWTH
+from optuna_fedbo.core.gp_fit import update_gp
 from optuna_fedbo.core.threads import one_blas_thread
 from optuna_fedbo.samplers._common import check_single_objective
 from optuna_fedbo.samplers._common import LocalModelSampler

@@ -7,6 +7,8 @@
   no observation of the federated model (nothing of it is shared): one warning per missing
   parameter names it, and the end-of-study warning gives that as the reason why no broadcast
   was used (rather than "it ended during its initial design").
+* A parameter suggested with another distribution than the federation's is sampled
+  independently: :func:`conflict_message` says so, and whether its trials still count.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import threading
 from typing import TYPE_CHECKING
 
 import optuna
+from optuna.distributions import BaseDistribution
+from optuna.distributions import CategoricalDistribution
 from optuna.study import Study
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
@@ -92,4 +96,41 @@ class SiteChecks:
         )
 
 
-__all__ = ["SiteChecks"]
+def conflict_message(
+    name: str,
+    used: BaseDistribution,
+    defined: BaseDistribution,
+    sampler: FedSampler,
+) -> str:
+    """Why a parameter suggested with another distribution than the federation's is sampled
+    independently, and (accurately) whether its trials still count."""
+    inner = type(used) is type(defined) and _within(used, defined)
+    text = (
+        f"Parameter {name!r} is suggested with {used}, but federation "
+        f"{sampler.federation.name!r} defines it as {defined}, so the federated model does not "
+        f"choose it: it is sampled by {type(sampler._independent_sampler).__name__}. "
+    )
+    if inner:
+        return text + (
+            "Its values lie inside the federation's range, so these trials are still modelled "
+            "and shared. Suggest the federation's distribution to let the model choose it."
+        )
+    return text + (
+        "Trials whose values fall outside the federation's range are not modelled nor shared; "
+        "suggest the federation's distribution."
+    )
+
+
+def _within(used: BaseDistribution, defined: BaseDistribution) -> bool:
+    """Whether every value of ``used`` is a value of ``defined``."""
+    if isinstance(used, CategoricalDistribution):
+        return set(used.choices) <= set(defined.choices)  # type: ignore[attr-defined]
+    low, high = getattr(used, "low", None), getattr(used, "high", None)
+    if low is None or high is None:
+        return False
+    return defined._contains(defined.to_internal_repr(low)) and defined._contains(
+        defined.to_internal_repr(high)
+    )
+
+
+__all__ = ["SiteChecks", "conflict_message"]

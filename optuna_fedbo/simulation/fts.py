@@ -25,7 +25,7 @@ from optuna_fedbo.federation.preset import unpack
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
 from optuna_fedbo.privacy._rng import check_insecure_noise_seed
-from optuna_fedbo.samplers._fed_thompson import FedThompsonSampler
+from optuna_fedbo.samplers._fed import FedSampler
 from optuna_fedbo.simulation.fedpne import simulate_fedpne
 
 _logger = optuna.logging.get_logger(__name__)
@@ -165,7 +165,9 @@ def simulate(
             studies are always in memory.
         name: Federation name (default: a fresh unique one).
         sampler_factory: ``(federation, client_id, participant_seed) -> sampler``; defaults to
-            :class:`~optuna_fedbo.FedThompsonSampler` with ``sampler_kwargs``.
+            :class:`~optuna_fedbo.FedSampler` (the participant of the protocol's ``transfer``:
+            :class:`~optuna_fedbo.FedTransferSampler` or
+            :class:`~optuna_fedbo.FedThompsonSampler`) with ``sampler_kwargs``.
         sampler_kwargs: Extra keyword arguments of the default sampler.
         progress: Show a progress bar (needs ``tqdm``).
         quiet: Silence Optuna's per-trial log lines during the run.
@@ -280,7 +282,7 @@ def _run(
     kwargs = dict(sampler_kwargs or {})
 
     def default_factory(fed: Federation, client_id: str, participant_seed: int) -> BaseSampler:
-        return FedThompsonSampler(fed, client_id, seed=participant_seed, **kwargs)
+        return FedSampler(fed, client_id, seed=participant_seed, **kwargs)
 
     factory = sampler_factory or default_factory
     width = max(4, len(str(n_clients - 1)))

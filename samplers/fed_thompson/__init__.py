@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from optuna_fedbo import FedSampler
 from optuna_fedbo import FedThompsonSampler
+from optuna_fedbo import FedTransferSampler
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
@@ -13,6 +14,7 @@ from optuna_fedbo.federation import simulate
 __all__ = [
     "FTSConfig",
     "FedThompsonSampler",
+    "FedTransferSampler",
     "FedSampler",
     "Federation",
     "FederationServer",

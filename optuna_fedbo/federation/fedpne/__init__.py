@@ -22,8 +22,6 @@ register_protocol(
         config=FedPNEConfig,
         server=FedPNEServer,
         channel=FedPNEChannel,
-        simulate="optuna_fedbo.simulation.fedpne:simulate_fedpne",
-        sampler="optuna_fedbo.samplers._fed_pne:FedPNESampler",
     )
 )
 

@@ -23,13 +23,13 @@ from optuna_fedbo.core.fedpne import Node
 from optuna_fedbo.core.fedpne import Partition
 from optuna_fedbo.core.fedpne import Phase
 from optuna_fedbo.federation.federation import Federation
-from optuna_fedbo.federation.federation import format_server
 from optuna_fedbo.federation.fedpne.config import FedPNEConfig
 from optuna_fedbo.federation.fedpne.config import NodeSpace
 from optuna_fedbo.federation.fedpne.messages import encode_means_upload
 from optuna_fedbo.federation.fedpne.messages import parse_phase_broadcast
 from optuna_fedbo.federation.fedpne.messages import PhaseBroadcast
 from optuna_fedbo.federation.lease import lease_book
+from optuna_fedbo.federation.status import format_server
 from optuna_fedbo.federation.trust import UntrustedRecordError
 
 _logger = optuna.logging.get_logger(__name__)

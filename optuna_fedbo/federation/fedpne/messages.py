@@ -28,7 +28,7 @@ from optuna_fedbo.core.fedpne import Node
 from optuna_fedbo.core.fedpne import Phase
 from optuna_fedbo.federation._codec import canonical_json
 from optuna_fedbo.federation._uploads import UploadRejected
-from optuna_fedbo.federation.store import loads_object
+from optuna_fedbo.federation.records import loads_object
 
 MESSAGE_FORMAT = 1
 PROTOCOL = "fedpne"

@@ -42,10 +42,8 @@ is refused.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 import json
-import threading
 import time
 from typing import Any
 
@@ -58,10 +56,6 @@ from optuna_fedbo.core.fedpne import FedPNEServerState
 from optuna_fedbo.core.fedpne import Phase
 from optuna_fedbo.core.fedpne import PhaseReport
 from optuna_fedbo.federation._codec import canonical_json
-from optuna_fedbo.federation._damage import check_intact
-from optuna_fedbo.federation._polling import poll_rounds
-from optuna_fedbo.federation._serve_watch import DEFAULT_IDLE_TIMEOUT
-from optuna_fedbo.federation._serve_watch import DEFAULT_LOG_INTERVAL
 from optuna_fedbo.federation._uploads import UploadCollector
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fedpne.channel import FedPNEChannel
@@ -445,66 +439,20 @@ class FedPNEServer(FederationServer):
         )
 
     # ------------------------------------------------------------------------ serving
-    def serve(  # type: ignore[override]
-        self,
-        *,
-        poll_interval: float = 1.0,
-        max_rounds: int | None = None,
-        timeout: float | None = None,
-        stop: threading.Event | None = None,
-        callback: Callable[[PhaseRoundReport], None] | None = None,
-        max_consecutive_errors: int = 10,
-        log_interval: float = DEFAULT_LOG_INTERVAL,
-        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
-    ) -> list[PhaseRoundReport]:
-        """Poll the storage and close phases as they become ready, until the final phase (or
-        until every registered participant has finished its study or is lost).
-
-        Args:
-            poll_interval: Seconds between polls when nothing happened.
-            max_rounds: Stop once this many rounds (phases) have been closed in total.
-            timeout: Stop after this many seconds.
-            stop: Stop when this event is set.
-            callback: Called with each :class:`PhaseRoundReport`.
-            max_consecutive_errors: Storage errors in a row tolerated (each logged, then the
-                state is reloaded from storage) before the error is raised.
-            log_interval: Seconds between log lines naming the participants still missing.
-            idle_timeout: Seconds (default 300) with no participant running, once every one
-                that joined has finished or is lost, after which serving ends (``None``: wait
-                until stopped; see :mod:`optuna_fedbo.federation._serve_watch`).
-
-        Returns:
-            The reports of the rounds published by this call.
-        """
-        _logger.info(
+    def _serving(self) -> str:
+        return (
             f"Serving Fed-PNE federation {self.federation.name!r} from phase {self.phase.index}."
         )
 
-        def recover() -> None:
-            with self._lock:
-                self._recover()
+    def _serve_done(self) -> bool:
+        return self.finished  # the final phase
 
-        reports = poll_rounds(
-            self.step,
-            recover,
-            done=lambda: (
-                self.finished or (max_rounds is not None and self.open_round >= max_rounds)
-            ),
-            poll_interval=poll_interval,
-            timeout=timeout,
-            stop=stop,
-            callback=callback,
-            max_consecutive_errors=max_consecutive_errors,
-            watch=self._watch(idle_timeout, log_interval, poll_interval),
-            on_end=self._serve_ended,
-            intact=lambda: check_intact(self._store),
-        )
+    def _served(self) -> None:
         if self.finished:
             _logger.info(
                 f"Fed-PNE federation {self.federation.name!r} reached its horizon: phase "
                 f"{self.phase.index} is final."
             )
-        return reports
 
 
 __all__ = ["FedPNEServer", "PhaseRoundReport", "ServerStateStore"]

@@ -22,8 +22,6 @@ register_protocol(
         config=FTSConfig,
         server=FTSServer,
         channel=FTSChannel,
-        simulate="optuna_fedbo.simulation.fts:simulate",
-        sampler="optuna_fedbo.samplers._fed_thompson:FedThompsonSampler",
     )
 )
 

@@ -22,7 +22,7 @@ from optuna_fedbo.federation._codec import canonical_json
 from optuna_fedbo.federation._codec import decode_array
 from optuna_fedbo.federation._codec import encode_array
 from optuna_fedbo.federation._uploads import UploadRejected
-from optuna_fedbo.federation.store import loads_object
+from optuna_fedbo.federation.records import loads_object
 
 MESSAGE_FORMAT = 1
 

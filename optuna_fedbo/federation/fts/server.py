@@ -41,9 +41,7 @@ broadcast carries ``n_contributors = -1``: the count would reveal participation)
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-import threading
 import time
 from typing import Any
 
@@ -58,10 +56,6 @@ from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.core.weights import subregion_weights
 from optuna_fedbo.core.weights import WeightSchedule
 from optuna_fedbo.federation._codec import vector_digest
-from optuna_fedbo.federation._damage import check_intact
-from optuna_fedbo.federation._polling import poll_rounds
-from optuna_fedbo.federation._serve_watch import DEFAULT_IDLE_TIMEOUT
-from optuna_fedbo.federation._serve_watch import DEFAULT_LOG_INTERVAL
 from optuna_fedbo.federation._uploads import UploadCollector
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.federation import Federation
@@ -405,13 +399,17 @@ class FTSServer(FederationServer):
             # Secret to the server (OS entropy; a research simulation's seed, if it gave one).
             return omegas[secret_order(len(omegas), self._noise_rng)], 0
         indices = np.array([self.federation.index_of(u.client_id) for u in uploads])
-        weights = subregion_weights(
+        weights = self._subregion_weights(round_index)
+        return np.array(aggregate(omegas, indices, weights, mechanism=None).vectors), 0
+
+    def _subregion_weights(self, round_index: int) -> np.ndarray:
+        """DP-FTS-DE's softmax weights of round ``round_index`` over the ``N`` agents."""
+        return subregion_weights(
             self.federation.assignment(),
             self._fts.n_subregions,
             round_index=round_index,
             schedule=self._weights,
         )
-        return np.array(aggregate(omegas, indices, weights, mechanism=None).vectors), 0
 
     def _withhold(
         self, round_index: int, uploads: list[Upload], rejected: tuple[tuple[str, str], ...]
@@ -433,12 +431,7 @@ class FTSServer(FederationServer):
         """Algorithm 1, lines 5-11, with weights over all ``N`` registered agents."""
         omegas = np.stack([u.omega for u in uploads])
         indices = np.array([self.federation.index_of(u.client_id) for u in uploads])
-        weights = subregion_weights(
-            self.federation.assignment(),
-            self._fts.n_subregions,
-            round_index=round_index,
-            schedule=self._weights,
-        )
+        weights = self._subregion_weights(round_index)
         # _noise_rng is None (subsampling and noise from the OS entropy source, secure_rng)
         # except in a research simulation given an insecure_noise_seed.
         result = aggregate(
@@ -464,7 +457,7 @@ class FTSServer(FederationServer):
             f"published (epsilon would reach {record['epsilon_next']:.4g} > budget "
             f"{record['epsilon_budget']:g}; spent {record['epsilon']:.4g} at delta "
             f"{record['delta']:.3g} over {record['rounds_accounted']} round(s)). The server "
-            "stops publishing; participants continue with local Thompson sampling."
+            "stops publishing; participants continue with their local models."
         )
         return RoundReport(
             round=round_index,
@@ -488,14 +481,7 @@ class FTSServer(FederationServer):
                 # Cannot happen through step(), which accounts before staging: a broadcast found
                 # staged without its ledger entry is accounted before it is published.
                 _logger.warning(f"Round {staged.round} was staged unaccounted; accounting it now.")
-            phi_max = float(
-                subregion_weights(
-                    self.federation.assignment(),
-                    self._fts.n_subregions,
-                    round_index=staged.round,
-                    schedule=self._weights,
-                ).max()
-            )
+            phi_max = float(self._subregion_weights(staged.round).max())
             entry = self._ledger.account(
                 staged.round,
                 staged.payload,
@@ -547,62 +533,8 @@ class FTSServer(FederationServer):
         return report
 
     # ------------------------------------------------------------------------ serving
-    def serve(
-        self,
-        *,
-        poll_interval: float = 1.0,
-        max_rounds: int | None = None,
-        timeout: float | None = None,
-        stop: threading.Event | None = None,
-        callback: Callable[[RoundReport], None] | None = None,
-        max_consecutive_errors: int = 10,
-        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
-        log_interval: float = DEFAULT_LOG_INTERVAL,
-    ) -> list[RoundReport]:
-        """Poll the storage and close rounds as they become ready.
+    def _serving(self) -> str:
+        return f"Serving federation {self.federation.name!r} from round {self.open_round}."
 
-        Returns when the privacy budget is exhausted (nothing more can be published), when
-        every registered participant has finished its study or is lost (see
-        :meth:`~optuna_fedbo.federation.Federation.lifecycle`), after publishing any round
-        their last uploads completed, or after ``idle_timeout`` seconds in which no
-        participant ran (see :mod:`optuna_fedbo.federation._serve_watch`).
-
-        Args:
-            poll_interval: Seconds between polls when nothing happened.
-            max_rounds: Stop once this many rounds have been published in total.
-            timeout: Stop after this many seconds.
-            stop: Stop when this event is set.
-            callback: Called with each :class:`RoundReport`.
-            max_consecutive_errors: Storage errors in a row tolerated (each logged, then the
-                state is reloaded from storage) before the error is raised.
-            idle_timeout: Seconds (default 300) with no participant running, once every one
-                that joined has finished or is lost, after which serving ends (``None``:
-                wait until stopped).
-            log_interval: Seconds between the log lines saying whom the server waits for.
-
-        Returns:
-            The reports of the rounds published by this call (and of the round refused for
-            the privacy budget, if that happened).
-        """
-        _logger.info(f"Serving federation {self.federation.name!r} from round {self.open_round}.")
-
-        def recover() -> None:
-            with self._lock:
-                self._recover()
-
-        return poll_rounds(
-            self.step,
-            recover,
-            done=lambda: (
-                self._exhausted is not None
-                or (max_rounds is not None and self.open_round >= max_rounds)
-            ),
-            poll_interval=poll_interval,
-            timeout=timeout,
-            stop=stop,
-            callback=callback,
-            max_consecutive_errors=max_consecutive_errors,
-            watch=self._watch(idle_timeout, log_interval, poll_interval),
-            on_end=self._serve_ended,
-            intact=lambda: check_intact(self._store),
-        )
+    def _serve_done(self) -> bool:
+        return self._exhausted is not None  # nothing more can be published
