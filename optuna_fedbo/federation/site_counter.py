@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 import threading
 
-from optuna_fedbo.federation._damage import write_to_open_round
+from optuna_fedbo.federation._openings import write_to_open_round
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.keys import ParticipantKey
 from optuna_fedbo.federation.store import FederationStore
