@@ -215,9 +215,9 @@ class FedTransferSampler(FTSParticipant):
         # The other workers' running trials, as GPSampler takes them (the Kriging believer).
         running = running_points(study, trial, points.shape[1])
         at_running = None if prior_function is None else prior_function.values(running)
-        gp = believe(gp, running, at_running)
+        gp = believe(gp, running, at_running)  # the incumbent counts their believed values
         point = maximize_on_gp(
-            LogExpectedImprovement(gp, float(values.max()), prior_function),
+            LogExpectedImprovement(gp, float(max(values.max(), gp.y.max())), prior_function),
             gp,
             self._encoder.encoding,
             self._rng,

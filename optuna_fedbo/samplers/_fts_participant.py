@@ -190,6 +190,7 @@ class FTSParticipant(FedSampler):
             seed=seed,
         )
         self._participate(federation, client_id, lease_ttl, worker)
+        self._choosing = threading.Lock()
         epoch = self._lease.epoch  # each worker its own stream: not one point twice
         if seed is not None and epoch > 1:
             self._rng = np.random.default_rng([seed, epoch])
@@ -322,9 +323,11 @@ class FTSParticipant(FedSampler):
             return cached
         # One BLAS limit for the whole step (its updates, posteriors and GPs would each set
         # and restore it).
-        with one_blas_thread():
+        # One choice at a time in a process: each thread's choice sees the points of the
+        # others' running trials (other processes' choices may still overlap, as GPSampler's).
+        with self._choosing, one_blas_thread():
             params = self._choose(study, trial)
-        set_point(study, trial, self._encoder.encode([params])[0])
+            set_point(study, trial, self._encoder.encode([params])[0])
         with self._lock:
             self._points[trial._trial_id] = params
         return params
