@@ -22,6 +22,8 @@ from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.samplers import _fed_transfer
 from optuna_fedbo.samplers._fed_transfer import FedTransferSampler
+from optuna_fedbo.samplers._site_state import ONE_STEP_ATTR
+from optuna_fedbo.samplers._site_state import one_step_ranking
 from optuna_fedbo.simulation import simulate
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -175,6 +177,18 @@ def test_transfer_steps_are_recorded_with_their_broadcast_round() -> None:
         assert rounds == [0, 1, 2]
 
 
+def _add_scored(study: optuna.Study, losses: tuple[float, float]) -> None:
+    """Ten finished trials (as other workers of the site would add) scored ``losses``."""
+    space = {"x": FloatDistribution(0, 1), "y": FloatDistribution(0, 1)}
+    for k in range(10):
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"x": 0.05 * k, "y": 0.9}, distributions=space, value=-1.0 - k,
+                system_attrs={ONE_STEP_ATTR: list(losses)},
+            )
+        )  # fmt: skip
+
+
 def test_the_own_gp_replaces_a_broadcast_that_ordered_the_latest_trials_worse() -> None:
     fed = _federation(min_contributors=1)  # the first broadcast is of one participant
     sampler = FedTransferSampler(fed, "a", seed=0)
@@ -189,21 +203,20 @@ def test_the_own_gp_replaces_a_broadcast_that_ordered_the_latest_trials_worse() 
     study.optimize(objective, n_trials=3)
     modes = [t.system_attrs["fedbo:mode"] for t in study.trials[5:]]
     assert modes[0] == "transfer" and set(modes) <= {"transfer", "own"}
-    # Each trial's two one-step predictions were scored once it finished.
-    assert len(sampler._one_step._losses) == 3
+    # Each trial's two one-step predictions were scored into the trial once it finished (any
+    # worker of the site reads the ranking from the study).
+    scored = [t for t in study.trials if ONE_STEP_ATTR in t.system_attrs]
+    assert len(scored) == 3 and one_step_ranking(study)._losses
     # When the own GP ordered the latest trials better, it alone chooses the next point ...
-    previous = np.array([1.0, -1.0])
-    for _ in range(10):
-        sampler._one_step.record(0.0, 10.0, 0.0, previous)
+    _add_scored(study, (0.0, 1.0))
     study.optimize(objective, n_trials=1)
     assert study.trials[-1].system_attrs["fedbo:mode"] == "own"
     assert study.trials[-1].system_attrs["fedbo:broadcast_round"] == 0
     # ... and the broadcast is back once it did better again.
-    for _ in range(10):
-        sampler._one_step.record(10.0, 0.0, 0.0, previous)
+    _add_scored(study, (1.0, 0.0))
     study.optimize(objective, n_trials=1)
     assert study.trials[-1].system_attrs["fedbo:mode"] == "transfer"
-    modes = [t.system_attrs["fedbo:mode"] for t in study.trials[5:]]
+    modes = [t.system_attrs.get("fedbo:mode") for t in study.trials[5:]]
     assert sampler.counts.local == modes.count("own")
     assert sampler.counts.federated == modes.count("transfer")
 

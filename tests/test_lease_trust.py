@@ -193,7 +193,8 @@ def test_a_replayed_old_lease_neither_locks_out_nor_ends_serve(tmp_path) -> None
         stop.set()
     assert "ParticipantBusyError" not in err and _last_json(out)["counts"]["federated"] >= 1
     assert server.returncode == 0, server_err[-3000:]
-    assert re.search(rf"site-0\s+finished\s+{N_INIT + 5}\s", server_out), server_out
+    # The site's row counts the trials of both its sessions (each a worker of the site).
+    assert re.search(rf"site-0\s+finished\s+{2 * N_INIT + 7}\s", server_out), server_out
     assert re.search(rf"site-1\s+finished\s+{N_INIT + 1}\s", server_out), server_out
 
 

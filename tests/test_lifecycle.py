@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -270,23 +272,67 @@ def test_the_sample_order_does_not_come_from_the_public_seed() -> None:
 
 
 # -------------------------------------------------------------------------- leases
-def test_lease_refuses_another_process_and_shares_within_one(tmp_path, monkeypatch) -> None:
+def test_each_worker_process_has_its_own_lease_and_threads_share_one(
+    tmp_path, monkeypatch
+) -> None:
     fed = _fts(storage=f"sqlite:///{tmp_path / 'l.db'}")
     fed.join("a")
     lease = fed.lease("a", ttl=30.0)
-    again = fed.lease("a", ttl=30.0)  # the same process: shared, not refused
+    again = fed.lease("a", ttl=30.0)  # the same process: shared, not a second worker
     assert again.epoch == lease.epoch == 1
     another_process = "optuna_fedbo.federation.lease_record._SECRET"
     monkeypatch.setattr(another_process, b"another process")
-    with pytest.raises(ParticipantBusyError, match="is already running"):
-        fed.lease("a", ttl=30.0)
-    monkeypatch.undo()
+    second = fed.lease("a", ttl=30.0)  # a second worker of the site: welcome, its own lease
+    assert second.epoch == 2
+    book = lease_book(fed)
+    assert book.states()["a"].workers == 2
     lease.release()
-    again.release()
-    monkeypatch.setattr(another_process, b"another process")
-    taken = fed.lease("a", ttl=30.0)  # finished: the id is free again
-    assert taken.epoch == 2
+    assert book.states()["a"].status == "active"  # alive while any worker is
+    second.release()
+    assert book.states()["a"].status == "finished" and book.states()["a"].workers == 0
+
+
+def test_a_named_worker_live_elsewhere_is_refused_with_the_fix(tmp_path, monkeypatch) -> None:
+    fed = _fts(storage=f"sqlite:///{tmp_path / 'l.db'}")
+    fed.join("a")
+    first = fed.lease("a", ttl=30.0, worker="gpu-0")
+    monkeypatch.setattr("optuna_fedbo.federation.lease_record._SECRET", b"another process")
+    with pytest.raises(ParticipantBusyError, match=r"on this host \(pid \d+\).*another worker"):
+        fed.lease("a", ttl=30.0, worker="gpu-0")  # alive here: refused
+    first._notes.remove(first.epoch)  # as if it ran on another host: no note here
+    with pytest.raises(ParticipantBusyError) as refused:
+        fed.lease("a", ttl=30.0, worker="gpu-0")
+    message = str(refused.value)
+    assert "'gpu-0' of participant 'a'" in message and "on another host" in message
+    assert "stop it first, or start this process under another worker name" in message
+    assert "\n" not in message
+    other = fed.lease("a", ttl=30.0, worker="gpu-1")  # another name is welcome
+    assert other.epoch == 2 and lease_book(fed).states()["a"].workers == 2
+    first.release()
+    monkeypatch.setattr("optuna_fedbo.federation.lease_record._SECRET", b"a third process")
+    taken = fed.lease("a", ttl=30.0, worker="gpu-0")  # finished: the name is free again
+    assert taken.epoch == 3
     taken.release()
+    other.release()
+
+
+def test_a_dead_workers_lease_on_this_host_is_taken_over_at_once(tmp_path, monkeypatch) -> None:
+    fed = _fts(storage=f"sqlite:///{tmp_path / 'l.db'}")
+    fed.join("a")
+    dead = fed.lease("a", ttl=300.0, worker="gpu-0")
+    dead._stop.set()  # its process dies: no more heartbeats, no release
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid that is (for real) no process on this host any more
+    (note,) = dead._notes.notes()
+    path = dead._notes._path(note.epoch)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "pid": gone.pid}))
+    monkeypatch.setattr("optuna_fedbo.federation.lease_record._SECRET", b"restarted")
+    restarted = fed.lease("a", ttl=300.0, worker="gpu-0")  # not refused: the pid is gone
+    assert restarted.taken_over == [1] and restarted.epoch == 2
+    states = lease_book(fed).workers("a")
+    assert states[1].status(0.0) == "lost"  # at once, not 300 s later
+    assert [n.epoch for n in restarted._notes.notes()] == [2]
+    restarted.release()
 
 
 # ------------------------------------------------------------------ closing policy

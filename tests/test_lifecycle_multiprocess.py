@@ -120,26 +120,30 @@ def test_too_few_participants_for_any_round_to_close_is_reported(tmp_path) -> No
     assert status.returncode == 0 and "site-0               finished" in status.stdout
 
 
-def test_one_client_id_in_two_processes_is_refused_until_its_lease_expires(tmp_path) -> None:
+def test_a_second_study_under_a_live_client_id_is_refused_and_a_killed_one_is_taken_over(
+    tmp_path,
+) -> None:
+    # Each process here keeps its site study in memory: two live processes of site-0 are two
+    # studies under one client_id (a worker of the site would load the site's study instead).
     storage, name = _federation(tmp_path, n_clients=2)
     book = lease_book(Federation.load(name, storage))
-    first = _participant(storage, name, "site-0", 400, "--sleep", "0.2", "--lease-ttl", "2")
+    first = _participant(storage, name, "site-0", 400, "--sleep", "0.2")  # lease_ttl 60 s
     try:
         _wait_for(lambda: "site-0" in book.states(), "the first process's lease")
-        second = _participant(storage, name, "site-0", 3, "--lease-ttl", "2")
+        second = _participant(storage, name, "site-0", 3)
         out, err = _finish(second)
-        assert second.returncode != 0 and out == ""
-        assert "ParticipantBusyError: Participant 'site-0' of federation" in err
-        assert "is already running (last heartbeat" in err
-        # A hard crash: the lease is not released; it expires after its ttl (2 s).
+        assert second.returncode != 0 and "counts" not in out
+        assert "SiteMismatchError: Participant 'site-0' of federation" in err
+        assert "in a live worker, not" in err and "or use another client_id" in err
+        # A hard crash, restarted at once: the dead process's lease (60 s) is taken over now.
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=30)
-        _wait_for(lambda: book.states()["site-0"].status == "lost", "the lease to expire")
-        third = _participant(storage, name, "site-0", 3, "--lease-ttl", "2")
+        third = _participant(storage, name, "site-0", 3)
         out, err = _finish(third)
         assert third.returncode == 0, err
+        workers, _ = book.scan("site-0")
+        assert workers[1].state == "lost" and workers[3].state == "finished"
         assert book.states()["site-0"].status == "finished"
-        assert book.states()["site-0"].epoch == 2
     finally:
         if first.poll() is None:
             first.kill()

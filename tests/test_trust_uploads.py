@@ -155,7 +155,7 @@ def test_uploads_are_ciphertexts_that_only_the_server_opens() -> None:
     # Nor can the server under another binding (the HPKE info): round, participant, counter.
     sealed, context = (
         attacks.ciphertext(stored),
-        fed.trust._upload_context(0, "c0", 2, envelope["after"]),
+        fed.trust._upload_context(0, "c0", envelope["counter"] + 1, envelope["after"]),
     )
     with pytest.raises(InvalidTag):
         _SUITE.decrypt(sealed, fed.trust.server_keys.sealing_private_key, info=context)

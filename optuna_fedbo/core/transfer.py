@@ -207,6 +207,10 @@ class OneStepRanking:
             )
         )
 
+    def add_losses(self, own: float, transfer: float) -> None:
+        """Add the scores of an observation scored before (e.g. read back from a study)."""
+        self._losses.append((float(own), float(transfer)))
+
     def own_is_better(self) -> bool:
         """Whether the own model misordered less over the window (ties favour the transfer)."""
         if not self._losses:

@@ -34,6 +34,7 @@ from optuna_fedbo.federation.records import check_client_id
 from optuna_fedbo.federation.relay import Relay
 from optuna_fedbo.federation.secagg.config import SecureAggregation
 from optuna_fedbo.federation.secagg.status import secagg_status
+from optuna_fedbo.federation.site_counter import UploadSender
 from optuna_fedbo.federation.status import FederationStatus
 from optuna_fedbo.federation.store import FederationStore
 from optuna_fedbo.federation.trust import Trust
@@ -77,7 +78,7 @@ class Federation(FederationCreation, Membership, Relay):
         self._key_dir = key_dir
         self._keys: dict[str, ParticipantKey] = {}
         self._public_keys: dict[str, bytes] = {}
-        self._counter = 0
+        self._sender = UploadSender(store, trust)
         self._sent: dict[str, tuple[int, str, Any]] = {}
         self._encoder = SearchSpaceEncoder(config.search_space)
         self._lock = threading.Lock()
@@ -272,16 +273,21 @@ class Federation(FederationCreation, Membership, Relay):
 
     # --------------------------------------------------------------------- lifecycle
     def lease(
-        self, client_id: str, *, ttl: float = DEFAULT_LEASE_TTL, public: Any = None
+        self,
+        client_id: str,
+        *,
+        ttl: float = DEFAULT_LEASE_TTL,
+        public: Any = None,
+        worker: str | None = None,
     ) -> Lease:
-        """Claim this process's lease on a participant id (see :mod:`.lease`).
+        """Claim this process's worker lease of a participant id (see :mod:`.lease`).
 
         Raises:
-            ParticipantBusyError: If another live process runs the same id.
+            ParticipantBusyError: If a live process runs the worker named ``worker``.
             ValueError: If the participant is not enrolled or its key is not on this machine.
         """
         key = self._participant_key(check_client_id(client_id))
-        return Lease(self, client_id, key=key, ttl=ttl, public=public)
+        return Lease(self, client_id, key=key, ttl=ttl, public=public, worker=worker)
 
     def lifecycle(self) -> Lifecycle:
         """Participants' states (active, finished, lost) and what keeps rounds from closing."""

@@ -1,23 +1,32 @@
-"""Participant leases: one live process per participant id, and the participants' lifecycle.
+"""Participant leases: one lease per worker process, and the participants' lifecycle.
 
-A participant (a sampler) holds a *lease* on its id while it runs: a record signed with its
-enrolled key (:mod:`.lease_record`: heartbeat time, time to live, epoch, a sequence number, whether
-it has *finished*; host, pid and its progress sealed to the server), written by the holder only, in
-two places: ``l:<client_id>`` in the study ``NAME:fedbo:leases`` (where readers find every
-participant's in one read) and the study of its epoch ``NAME:fedbo:lease:EEEEEE:<client_id>``
-(so that an older record written back into the first place cannot hide a newer one).
+A participant (a *site*: a ``client_id`` and its Optuna study) runs in one or more worker
+processes (on one or more hosts, as Optuna's parallelization guide runs a study). Each worker
+holds a *lease* while it runs: a record signed with the participant's enrolled key
+(:mod:`.lease_record`: heartbeat time, time to live, the worker's epoch, a sequence number,
+whether it has *finished*; host, pid and its progress sealed to the server), written by that
+worker only, in two places: ``l:<client_id>`` in the study ``NAME:fedbo:leases`` (the record a
+participant's workers wrote last, where readers find every participant in one read) and the study
+of its epoch ``NAME:fedbo:lease:EEEEEE:<client_id>`` (each worker's own, so that an older record
+written back into the first place cannot hide a newer one). The participant is alive while any of
+its workers is (:meth:`~.lease_book.LeaseBook.site_state`).
 
-* A second process that asks for the same id while the lease is live (heartbeat younger than its
-  ``ttl``, not finished) is refused with :class:`ParticipantBusyError`. Within one process the
-  lease is shared (a restarted sampler object in the same process is not a second participant).
+* Every process that starts claims a new epoch: a second worker of a running participant is
+  welcome. Within one process the lease is shared (``n_jobs`` threads, or a restarted sampler
+  object, are not a second worker).
+* A worker may be given a name (``worker=``): a second process under the same name while the
+  named one is live is refused with :class:`ParticipantBusyError` (a one-line message naming the
+  fix), unless its process is dead on this host.
+* A worker that starts reads this host's notes of the participant's workers
+  (:mod:`.site_workers`): the lease of a worker whose process is dead is taken over at once
+  (marked lost), whatever killed it (SIGKILL, SIGTERM); elsewhere a crashed worker's lease
+  expires ``ttl`` seconds after its last heartbeat.
 * A lease is claimed by creating the study of the next epoch: creating a study is the storage's one
   write that a single writer wins, so two processes starting at the same moment cannot both hold
-  the id. Anyone can create such a study; only a signed record in it counts.
-* A process that crashes stops renewing: its lease expires ``ttl`` seconds after the last
-  heartbeat, the participant shows as ``lost``, and the id can be claimed again by any process
-  holding the participant's key (a restart).
-* A participant that ends its study releases the lease as ``finished``; ``serve`` ends when every
-  registered participant has finished (or is lost).
+  one epoch. Anyone can create such a study; only a signed record in it counts.
+* A worker that ends its study releases its lease as ``finished``; the participant shows as its
+  last worker to end; ``serve`` ends when every registered participant has finished (or is
+  lost).
 
 **Forged and replayed records.** Readers (the server, ``status``, participants) use only records
 that verify against the participant's enrolled key; any other is ignored with a warning (once per
@@ -57,8 +66,11 @@ from optuna_fedbo.federation.keys import ParticipantKey
 from optuna_fedbo.federation.lease_book import lease_book
 from optuna_fedbo.federation.lease_book import LeaseBook
 from optuna_fedbo.federation.lease_book import ParticipantState
+from optuna_fedbo.federation.lease_record import LeaseRecord
 from optuna_fedbo.federation.lease_record import process_token
 from optuna_fedbo.federation.lease_record import sign_lease
+from optuna_fedbo.federation.site_workers import pid_alive
+from optuna_fedbo.federation.site_workers import WorkerNotes
 
 if TYPE_CHECKING:
     from optuna_fedbo.federation.federation import Federation
@@ -77,18 +89,13 @@ class ParticipantBusyError(ValueError):
     """Another live process already runs this participant id."""
 
 
-def _busy_message(name: str, client_id: str, state: ParticipantState) -> str:
-    where = (
-        f"host {state.host}, pid {state.pid}"
-        if state.host is not None
-        else "its host and pid are sealed to the server: `optuna-fedbo status` on the "
-        "operator's machine shows them"
-    )
+def _busy_message(name: str, client_id: str, record: LeaseRecord, here: int | None) -> str:
+    where = "on another host" if here is None else f"on this host (pid {here})"
     return (
-        f"Participant {client_id!r} of federation {name!r} is already running (last heartbeat "
-        f"{state.age:.0f} s ago; {where}). Run each participant id in one process only: stop "
-        "the other one, or pick another client_id. (A lease whose process died expires "
-        f"{state.ttl:g} s after its last heartbeat.)"
+        f"Worker {record.worker!r} of participant {client_id!r} of federation {name!r} is "
+        f"already running {where}, last heartbeat {max(time.time() - record.time, 0):.0f} s "
+        f"ago: stop it first, or start this process under another worker name (worker=...) "
+        f"or none (its lease expires {record.ttl:g} s after its last heartbeat)."
     )
 
 
@@ -102,9 +109,10 @@ class Lease:
         ttl: Seconds without a heartbeat after which the lease expires.
         public: Called at every heartbeat for the progress fields of the record (sealed to the
             server).
+        worker: This worker's name (``None``: an anonymous worker, never refused).
 
     Raises:
-        ParticipantBusyError: If another live process holds the id.
+        ParticipantBusyError: If a live process runs the worker of that name.
     """
 
     def __init__(
@@ -115,6 +123,7 @@ class Lease:
         key: ParticipantKey,
         ttl: float = DEFAULT_LEASE_TTL,
         public: Callable[[], dict[str, Any]] | None = None,
+        worker: str | None = None,
     ) -> None:
         if not ttl > 0:
             raise ValueError(f"lease_ttl must be > 0, got {ttl!r}.")
@@ -131,8 +140,13 @@ class Lease:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.superseded = False
+        self.worker = worker
+        self._notes = WorkerNotes(federation, client_id)
+        #: Epochs of this participant's dead workers whose leases this one took over.
+        self.taken_over: list[int] = []
         self.epoch = self._claim()
         self.renew()
+        self._notes.add(self.epoch, self._token, worker)
         if not isinstance(federation.storage, InMemoryStorage):
             self._thread = threading.Thread(
                 target=self._beat, args=(self._stop,), name=f"fedbo-lease-{client_id}", daemon=True
@@ -147,43 +161,89 @@ class Lease:
     def _claim(self) -> int:
         name, client_id = self.book.name, self.client_id
         for _ in range(_CLAIM_ATTEMPTS):
-            record, top = self.book.scan(client_id, wait=_CLAIM_WAIT)
-            if record is not None and record.token == self._token:
-                return record.epoch  # this process already holds it: share
-            if record is not None and record.status(time.time()) == "active":
-                state = self.book.state_of(record)
-                raise ParticipantBusyError(_busy_message(name, client_id, state))
-            epoch = max(top, 0 if record is None else record.epoch) + 1
+            records, top = self.book.scan(client_id, wait=_CLAIM_WAIT)
+            mine = [e for e, r in records.items() if r.token == self._token]
+            if mine:
+                return max(mine)  # this process already holds one: share
+            if self._take_over_dead(records):
+                records, top = self.book.scan(client_id)
+            if self.worker is not None:
+                self._refuse_a_live_namesake(records)
+            epoch = max(top, max(records, default=0)) + 1
             if self.book.claim(client_id, epoch, self._sign(epoch, "active")):
                 return epoch
             # Another process created that epoch's study first: scan again (a process of this
             # participant has written its record there by then; a study without one is ignored).
         raise ParticipantBusyError(
-            f"Could not claim participant {client_id!r} of federation {name!r}: someone keeps "
-            "creating its lease studies first (is the storage being tampered with?)."
+            f"Could not claim a lease of participant {client_id!r} of federation {name!r}: "
+            "someone keeps creating its lease studies first (is the storage being tampered "
+            "with?)."
         )
 
-    def _sign(self, epoch: int, state: str) -> str:
+    def _take_over_dead(self, records: dict[int, LeaseRecord]) -> bool:
+        """Mark lost at once the live leases of this host's workers whose process is gone;
+        whether there was any."""
+        now, taken = time.time(), False
+        for note in self._notes.notes():
+            if note.pid == os.getpid() or pid_alive(note.pid):
+                continue
+            record = records.get(note.epoch)
+            if (
+                record is not None
+                and record.status(now) == "active"
+                and record.token == note.token
+            ):
+                text = self._sign(note.epoch, "lost", token=note.token, worker=record.worker)
+                self.book.write(self.client_id, note.epoch, text)
+                self.taken_over.append(note.epoch)
+                taken = True
+                _logger.info(
+                    f"{self.client_id}: took over the lease of worker {note.epoch} (pid "
+                    f"{note.pid} is gone from this host): marked lost."
+                )
+            self._notes.remove(note.epoch)
+        return taken
+
+    def _refuse_a_live_namesake(self, records: dict[int, LeaseRecord]) -> None:
+        now = time.time()
+        here = {n.epoch: n.pid for n in self._notes.notes()}
+        for epoch, record in records.items():
+            if record.worker == self.worker and record.status(now) == "active":
+                raise ParticipantBusyError(
+                    _busy_message(self.book.name, self.client_id, record, here.get(epoch))
+                )
+
+    def _sign(
+        self, epoch: int, state: str, *, token: str | None = None, worker: str | None = None
+    ) -> str:
         private: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid()}
-        if self._public is not None:
+        if self._public is not None and token is None:
             try:
                 private.update(self._public())
             except Exception:
                 _logger.debug("Could not compute the lease's progress fields.", exc_info=True)
         return sign_lease(
-            self._trust, self._key, epoch=epoch, state=state, ttl=self.ttl, private=private
+            self._trust,
+            self._key,
+            epoch=epoch,
+            state=state,
+            ttl=self.ttl,
+            private=private,
+            token=token,
+            worker=self.worker if token is None else worker,
         )
 
     def _check_current(self) -> bool:
-        record, _ = self.book.scan(self.client_id)
-        if record is None or record.token == self._token or record.epoch <= self.epoch:
+        records, _ = self.book.scan(self.client_id)
+        record = records.get(self.epoch)
+        if record is None or record.token == self._token:
             return True
         if not self.superseded:
             self.superseded = True
             _logger.warning(
-                f"{self.client_id}: another process has taken over this participant id of "
-                f"federation {self.book.name!r} (its lease had expired: no heartbeat for "
-                f"{self.ttl:g} s); this process stops renewing it."
+                f"{self.client_id}: another process has taken over this worker's lease of "
+                f"federation {self.book.name!r} (it had no heartbeat for {self.ttl:g} s or its "
+                "process looked dead); this process stops renewing it."
             )
         return False
 
@@ -207,6 +267,7 @@ class Lease:
                 return
             state = "finished" if finished else "lost"
             self.book.write(self.client_id, self.epoch, self._sign(self.epoch, state))
+            self._notes.remove(self.epoch)
 
     def _beat(self, stop: threading.Event) -> None:
         interval = self.ttl / 4.0
@@ -224,6 +285,8 @@ class Lease:
             return
         self._stop = threading.Event()
         self.renew()
+        if not self.superseded:
+            self._notes.add(self.epoch, self._token, self.worker)
         if self._thread is not None and not self.superseded:
             self._thread = threading.Thread(
                 target=self._beat,

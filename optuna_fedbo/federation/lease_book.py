@@ -3,9 +3,11 @@
 Readers (the server, ``optuna-fedbo status``, participants) see participants through a
 :class:`LeaseBook` (one per federation handle, :func:`lease_book`): it keeps only records that
 verify against the participant's enrolled key (:mod:`.lease_record`), warns once per participant
-and problem about any other, and remembers the newest record it verified of each participant, so
-that an older record written back (a replay) changes nothing for it. See :mod:`.lease` for what
-the records are for.
+and problem about any other, and remembers the newest record it verified of each *worker* of a
+participant (a worker is one process; each claims its own epoch), so that an older record written
+back (a replay) changes nothing for it. A participant (a site) is active while any of its workers
+is; otherwise it shows as its last worker to end did (finished or lost). See :mod:`.lease` for
+what the records are for.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from dataclasses import field
+from dataclasses import replace
 import math
 import threading
 import time
@@ -55,6 +58,7 @@ class ParticipantState:
         counts: Trials by kind: ``initial``, ``local``, ``federated`` (sealed to the server:
             ``None`` unless this process holds the server's keys).
         trial_seconds: The participant's typical (median) trial duration, if known (likewise).
+        workers: How many of its workers (processes) hold a live lease.
     """
 
     client_id: str
@@ -66,6 +70,7 @@ class ParticipantState:
     epoch: int
     counts: dict[str, int] | None = field(default=None)
     trial_seconds: float | None = None
+    workers: int = 0
 
     @property
     def departed(self) -> bool:
@@ -88,6 +93,7 @@ class ParticipantState:
             "epoch": self.epoch,
             "counts": None if self.counts is None else dict(self.counts),
             "trial_seconds": self.trial_seconds,
+            "workers": self.workers,
         }
 
 
@@ -113,12 +119,14 @@ def _checked_private(fields: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class _Track:
-    """What a reader knows of one participant: its newest verified record, since when it has
-    been the newest (monotonic), and whether the reader has seen the participant live."""
+    """What a reader knows of one worker of a participant: its newest verified record, since
+    when it has been the newest (monotonic), and whether the reader has seen it live."""
 
     record: LeaseRecord
     since: float
     seen_live: bool
+    #: Whether the record was found in its epoch's study (not only in the leases study).
+    confirmed: bool = False
 
 
 class LeaseBook:
@@ -138,7 +146,9 @@ class LeaseBook:
         self.name = self.store.name
         self._study_id: int | None = None
         self._lock = threading.Lock()
-        self._tracks: dict[str, _Track] = {}
+        self._tracks: dict[str, dict[int, _Track]] = {}
+        #: Epoch studies read at least once, by participant.
+        self._read_epochs: dict[str, set[int]] = {}
         self._verified: dict[str, LeaseRecord] = {}
         self._opened: dict[str, dict[str, Any]] = {}
 
@@ -192,28 +202,20 @@ class LeaseBook:
         return record
 
     def _observe(self, record: LeaseRecord, now: float) -> None:
-        """Keep ``record`` if it is the participant's newest verified one; an older one (a
-        replay, or a record of a superseded process) is ignored."""
+        """Keep ``record`` if it is its worker's newest verified one (a worker is an epoch);
+        an older one (a replay) is ignored."""
         live = record.status(now) == "active"
         with self._lock:
-            track = self._tracks.get(record.client_id)
+            tracks = self._tracks.setdefault(record.client_id, {})
+            track = tracks.get(record.epoch)
             if track is None:
-                self._tracks[record.client_id] = _Track(record, time.monotonic(), live)
+                tracks[record.epoch] = _Track(record, time.monotonic(), live)
                 return
-            newest = track.record
-            if record.mark > newest.mark:
+            if record.mark > track.record.mark:
                 track.record, track.since = record, time.monotonic()
-            if record.mark >= newest.mark:
+                track.confirmed = False
+            if record.mark >= track.record.mark:
                 track.seen_live = track.seen_live or live
-                return
-        if record.epoch < newest.epoch:  # (within an epoch, two places are written in turn)
-            self.store.warn_once(
-                f"lease:{record.client_id}:older",
-                f"Ignoring an older lease record of {record.client_id!r} in federation "
-                f"{self.name!r} (epoch {record.epoch}, found after one of epoch "
-                f"{newest.epoch}): a copy written back, or a superseded process; the newest "
-                "verified record counts.",
-            )
 
     def _private(self, record: LeaseRecord) -> dict[str, Any]:
         """The sealed fields of ``record`` if this process holds the server's keys, else ``{}``."""
@@ -253,28 +255,59 @@ class LeaseBook:
             epoch=record.epoch,
             counts=private.get("counts"),
             trial_seconds=private.get("trial_seconds"),
+            workers=int(record.status(now) == "active"),
         )
 
-    def _read(self, client_id: str, text: Any) -> bool:
-        """Verify and keep a record read from the leases study; whether it is the newest."""
-        record = self._verify(client_id, text)
-        if record is None:
-            return False
-        self._observe(record, time.time())
+    def workers(self, client_id: str) -> dict[int, LeaseRecord]:
+        """The newest verified record of each worker (epoch) of ``client_id`` seen so far."""
         with self._lock:
-            return self._tracks[client_id].record.mark == record.mark
+            return {e: t.record for e, t in self._tracks.get(client_id, {}).items()}
 
-    def _looks_departed(self, client_id: str) -> bool:
-        with self._lock:
-            return self._tracks[client_id].record.status(time.time()) != "active"
+    def live_workers(self, client_id: str) -> int:
+        """How many of ``client_id``'s workers this reader last saw live (no storage read)."""
+        now = time.time()
+        return sum(r.status(now) == "active" for r in self.workers(client_id).values())
+
+    def site_state(self, client_id: str, now: float | None = None) -> ParticipantState | None:
+        """A participant's state over its workers: active while any worker is (the newest
+        heartbeat; the counts summed over every worker); else as its last worker to end."""
+        now = time.time() if now is None else now
+        records = list(self.workers(client_id).values())
+        if not records:
+            return None
+        live = [r for r in records if r.status(now) == "active"]
+        shown = max(live or records, key=lambda r: (r.time, r.mark))
+        state = self.state_of(shown, now)
+        counts: dict[str, int] | None = None
+        durations = []
+        for record in records:
+            private = self._private(record)
+            if private.get("counts") is not None:
+                counts = counts or {}
+                for kind, n in private["counts"].items():
+                    counts[kind] = counts.get(kind, 0) + n
+            if record in live and private.get("trial_seconds") is not None:
+                durations.append(private["trial_seconds"])
+        return replace(
+            state,
+            counts=counts,
+            trial_seconds=max(durations) if durations else state.trial_seconds,
+            workers=len(live),
+        )
+
+    def _read(self, client_id: str, text: Any) -> None:
+        """Verify and keep a record read from the leases study."""
+        record = self._verify(client_id, text)
+        if record is not None:
+            self._observe(record, time.time())
 
     def states(self) -> dict[str, ParticipantState]:
-        """Every participant's lifecycle state, by id, from the newest verified records
-        (participants never seen are absent).
+        """Every participant's lifecycle state over its workers, by id, from the newest
+        verified records (participants never seen are absent).
 
-        A participant whose record in the leases study does not verify, is older than one seen
-        before (overwritten by someone else) or shows it finished or lost (maybe an old copy) is
-        looked up in the studies of its epoch and the next ones.
+        The leases study holds the record a participant's workers wrote last; each worker's
+        own records are read from the study of its epoch (from the lowest epoch that was live
+        or not yet confirmed there on).
         """
         roster = set(self.federation.participants())
         for client_id, text in self.records().items():
@@ -284,12 +317,14 @@ class LeaseBook:
                     f"Ignoring lease records of ids not enrolled in federation {self.name!r} "
                     f"(e.g. {client_id!r}).",
                 )
-            elif not self._read(client_id, text) or self._looks_departed(client_id):
-                self._scan_epochs(client_id)
+                continue
+            self._read(client_id, text)
+            self._scan_epochs(client_id)
         now = time.time()
         with self._lock:
-            newest = [t.record for t in self._tracks.values()]
-        return {r.client_id: self.state_of(r, now) for r in newest}
+            clients = list(self._tracks)
+        states = {c: self.site_state(c, now) for c in clients}
+        return {c: s for c, s in states.items() if s is not None}
 
     # ------------------------------------------------------------------------ epochs
     def _epoch_attrs(self, client_id: str, epoch: int) -> dict[str, Any] | None:
@@ -308,9 +343,9 @@ class LeaseBook:
                 return value
         return None
 
-    def scan(self, client_id: str, *, wait: float = 0.0) -> tuple[LeaseRecord | None, int]:
-        """The participant's newest verified record, looking in both places, and the highest
-        epoch whose study exists (0 if none).
+    def scan(self, client_id: str, *, wait: float = 0.0) -> tuple[dict[int, LeaseRecord], int]:
+        """The newest verified record of each of the participant's workers (by epoch), looking
+        in both places, and the highest epoch whose study exists (0 if none).
 
         Args:
             client_id: The participant.
@@ -321,17 +356,22 @@ class LeaseBook:
         if text is not None:
             self._read(client_id, text)
         top = self._scan_epochs(client_id, wait)
-        with self._lock:
-            track = self._tracks.get(client_id)
-        return (None if track is None else track.record), top
+        return self.workers(client_id), top
 
     def _scan_epochs(self, client_id: str, wait: float = 0.0) -> int:
-        """Read the epoch studies from the newest known epoch on; the highest that exists."""
+        """Read the epoch studies from the lowest epoch whose worker was live or is not yet
+        confirmed there, on; the highest that exists."""
+        now = time.time()
         with self._lock:
-            track = self._tracks.get(client_id)
-            epoch = 1 if track is None else max(track.record.epoch, 1)
+            tracks = self._tracks.get(client_id, {})
+            read = self._read_epochs.setdefault(client_id, set())
+            open_epochs = [
+                e for e, t in tracks.items() if not t.confirmed or t.record.status(now) == "active"
+            ]
+            unread = [e for e in range(1, max(tracks, default=1)) if e not in read]
+            epoch = max(min(open_epochs + unread, default=max(tracks, default=1)), 1)
         start, top = epoch, 0
-        while (attrs := self._epoch_attrs(client_id, epoch)) is not None or epoch == start:
+        while (attrs := self._epoch_attrs(client_id, epoch)) is not None or epoch <= start:
             epoch += 1
             if attrs is None:
                 continue  # the known epoch's study is gone (deleted): look on
@@ -340,27 +380,35 @@ class LeaseBook:
             if value is None and wait > 0 and self._epoch_attrs(client_id, top + 1) is None:
                 value = self._await_record(client_id, top, wait)
             record = None if value is None else self._verify(client_id, value)
+            with self._lock:
+                read.add(top)
             if record is not None and record.epoch == top:
                 self._observe(record, time.time())
+                with self._lock:
+                    track = self._tracks[client_id][top]
+                    track.confirmed = track.confirmed or record.mark >= track.record.mark
         return top
 
     def departed(self, client_ids: Iterable[str]) -> bool:
         """Whether every one of the participants has departed beyond doubt (to end ``serve``).
 
-        Each one's newest verified record shows it finished or lost (confirmed in the epoch
-        studies, see :meth:`states`), and that cannot be an old copy: this reader saw the
-        participant live before, or the record has been the newest for half its ``ttl`` (a live
-        participant heartbeats every quarter).
+        Each one's workers' newest verified records show them finished or lost (confirmed in
+        the epoch studies, see :meth:`states`), and none can be an old copy: this reader saw
+        the worker live before, or the record has been the newest for half its ``ttl`` (a
+        live worker heartbeats every quarter).
         """
         self.states()
         now, clock = time.time(), time.monotonic()
         with self._lock:
             for client_id in client_ids:
-                track = self._tracks.get(client_id)
-                if track is None or track.record.status(now) == "active":
+                tracks = self._tracks.get(client_id)
+                if not tracks:
                     return False
-                if not (track.seen_live or clock - track.since >= track.record.ttl / 2):
-                    return False
+                for track in tracks.values():
+                    if track.record.status(now) == "active":
+                        return False
+                    if not (track.seen_live or clock - track.since >= track.record.ttl / 2):
+                        return False
         return True
 
     def claim(self, client_id: str, epoch: int, text: str) -> bool:

@@ -4,12 +4,14 @@ A participant's lease record is written by that participant only and signed with
 (Ed25519, purpose ``"lease"``, bound to the federation id like every signed record of
 :mod:`.trust`), so nobody else can write one that verifies. Its body::
 
-    {"client", "epoch", "seq", "time", "ttl", "state", "token", "sealed"}
+    {"client", "epoch", "seq", "time", "ttl", "state", "token", "sealed"[, "worker"]}
 
-* ``epoch`` (how many times the id was claimed) and ``seq`` (a counter that only grows within a
-  process: wall-clock nanoseconds, bumped) order a participant's records. A reader that has
-  verified a record ignores any older one: a genuine old record written back (a *replay*) changes
-  nothing for it.
+* ``epoch`` (how many times the id was claimed: each worker process of a participant claims its
+  own) and ``seq`` (a counter that only grows within a process: wall-clock nanoseconds, bumped)
+  order a worker's records. A reader that has verified a record ignores any older one of the
+  same epoch: a genuine old record written back (a *replay*) changes nothing for it.
+* ``worker``: the worker's name, when it was given one (a restart under the same name while the
+  named worker is live elsewhere is refused).
 * ``time`` (the heartbeat) and ``ttl``: the lease is live until ``time + ttl``. An old copy of a
   live lease carries its old ``time``, so it shows as expired and locks nobody out.
 * ``state``: ``"active"``, ``"finished"`` (the study ended) or ``"lost"`` (the process ended on an
@@ -73,6 +75,7 @@ class LeaseRecord:
     state: str
     token: str
     sealed: str
+    worker: str | None = None
 
     @property
     def mark(self) -> tuple[int, int]:
@@ -101,8 +104,14 @@ def sign_lease(
     state: str,
     ttl: float,
     private: dict[str, Any],
+    token: str | None = None,
+    worker: str | None = None,
 ) -> str:
-    """A lease record of ``key``'s participant, signed, with ``private`` sealed to the server."""
+    """A lease record of ``key``'s participant, signed, with ``private`` sealed to the server.
+
+    ``token`` is this process's (:func:`process_token`) unless given: a process that takes over
+    the lease of a dead worker of the same participant marks it lost under the dead one's.
+    """
     plain = canonical_json(private).encode()
     plain += b" " * (-len(plain) % _PAD)
     body = {
@@ -112,9 +121,11 @@ def sign_lease(
         "time": time.time(),
         "ttl": float(ttl),
         "state": state,
-        "token": process_token(key.client_id),
+        "token": process_token(key.client_id) if token is None else token,
         "sealed": trust.seal_to_server(_info(trust.federation_id, key.client_id, epoch), plain),
     }
+    if worker is not None:
+        body["worker"] = worker
     return trust.sign_as(key, PURPOSE, body)
 
 
@@ -145,6 +156,9 @@ def verify_lease(trust: Trust, client_id: str, public_key: bytes | None, text: A
     state, token, sealed = body.get("state"), body.get("token"), body.get("sealed")
     if state not in STATES or not isinstance(token, str) or not isinstance(sealed, str):
         raise UntrustedRecordError("the lease record is malformed")
+    worker = body.get("worker")
+    if worker is not None and not isinstance(worker, str):
+        raise UntrustedRecordError("the lease record is malformed")
     ttl = _float(body.get("ttl"))
     if ttl <= 0:
         raise UntrustedRecordError("the lease record is malformed")
@@ -157,6 +171,7 @@ def verify_lease(trust: Trust, client_id: str, public_key: bytes | None, text: A
         state=state,
         token=token,
         sealed=sealed,
+        worker=worker,
     )
 
 

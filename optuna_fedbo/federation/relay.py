@@ -8,19 +8,17 @@ broadcast arrives, that the server received it in time (re-sending it to the ope
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import optuna
 
 from optuna_fedbo.federation._openings import opening_for
-from optuna_fedbo.federation._openings import write_to_open_round
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.config import FederationConfig
 from optuna_fedbo.federation.dp_config import DPConfig
 from optuna_fedbo.federation.secagg.config import no_single_upload
+from optuna_fedbo.federation.site_counter import UploadSender
 from optuna_fedbo.federation.store import FederationStore
-from optuna_fedbo.federation.trust import MAX_UPLOAD_CHARS
 from optuna_fedbo.federation.trust import text_digest
 from optuna_fedbo.federation.trust import Trust
 from optuna_fedbo.federation.watermark import check_participant
@@ -36,7 +34,7 @@ class Relay:
     _trust: Trust
     _lock: threading.Lock
     _privacy: DPConfig | None
-    _counter: int
+    _sender: UploadSender
     _sent: dict[str, tuple[int, str, Any]]
     _config: FederationConfig
     name: str
@@ -68,16 +66,7 @@ class Relay:
         if self._privacy is not None:
             check_participant(self)  # never into a federation that went backwards
         opening = opening_for(self._store, round_index)
-        with self._lock:
-            self._counter = max(self._counter + 1, time.time_ns())
-            counter = self._counter
-        sealed = self._trust.seal_upload(key, round_index, counter, payload, opening)
-        if len(sealed) > MAX_UPLOAD_CHARS:
-            raise ValueError(
-                f"The upload of {client_id!r} has {len(sealed):,} characters sealed, over the "
-                f"bound of {MAX_UPLOAD_CHARS:,}; it is not sent."
-            )
-        write_to_open_round(self._store, round_index, client_id, sealed)
+        sealed = self._sender.send(key, round_index, payload, opening)  # :mod:`.site_counter`
         with self._lock:
             self._sent[client_id] = (round_index, text_digest(sealed)[:32], resend)
 

@@ -38,6 +38,7 @@ from optuna_fedbo.federation.lease import DEFAULT_LEASE_TTL
 from optuna_fedbo.federation.lifecycle import COUNT_KINDS
 from optuna_fedbo.samplers._common import FallbackSampler
 from optuna_fedbo.samplers._site_checks import SiteChecks
+from optuna_fedbo.samplers._site_state import SiteState
 
 _logger = optuna.logging.get_logger(__name__)
 
@@ -109,11 +110,15 @@ class FedSampler(FallbackSampler):
 
     What every participant does:
 
-    * **One process per id.** The constructor joins the federation and takes a lease on
-      ``client_id`` (a heartbeat every ``lease_ttl / 4`` seconds from a background thread); a
-      second live process with the same id is refused with
-      :class:`~optuna_fedbo.federation.lease.ParticipantBusyError`. The lease of a crashed
-      process expires ``lease_ttl`` seconds after its last heartbeat.
+    * **A site is a client_id and a study.** Any number of workers (threads, processes, hosts)
+      run ``study.optimize`` on the site's study, each with its own ``FedSampler``; each worker
+      process holds its own lease (a heartbeat every ``lease_ttl / 4`` seconds from a
+      background thread), the site is alive while any worker is, and each worker reads what it
+      needs from the study's trials (:mod:`optuna_fedbo.samplers._site_state`). A worker whose
+      process died on the same host is taken over at once by the next one that starts there
+      (its running trials failed); elsewhere its lease expires ``lease_ttl`` seconds after its
+      last heartbeat. A named worker (``worker=``) live elsewhere refuses a second process
+      under its name with :class:`~optuna_fedbo.federation.lease.ParticipantBusyError`.
     * **A visible lifecycle.** :meth:`finish` (called automatically when the process exits)
       marks the participant finished (lost, when the process ends on an unhandled exception);
       ``optuna-fedbo serve`` ends when every participant has finished or is lost.
@@ -167,8 +172,15 @@ class FedSampler(FallbackSampler):
         return cls
 
     # ------------------------------------------------------------------ participation
-    def _participate(self, federation: Federation, client_id: str, lease_ttl: float) -> None:
-        """Join the federation and take the lease on ``client_id`` (subclasses call this)."""
+    def _participate(
+        self,
+        federation: Federation,
+        client_id: str,
+        lease_ttl: float,
+        worker: str | None = None,
+    ) -> None:
+        """Join the federation and take this worker's lease of ``client_id`` (subclasses call
+        this)."""
         self.federation = federation
         self.participant = federation.join(client_id)
         self._life_lock = threading.Lock()
@@ -181,10 +193,13 @@ class FedSampler(FallbackSampler):
         self._last_check = -float("inf")
         self._last_renew = time.monotonic()
         self._finished = False
-        self._lease = federation.lease(client_id, ttl=lease_ttl, public=self._public)
+        self._lease = federation.lease(
+            client_id, ttl=lease_ttl, public=self._public, worker=worker
+        )
         if not isinstance(federation.storage, InMemoryStorage):
             _LIVE.add(self)
         self._site = SiteChecks(self)
+        self._workers = SiteState(self)
         over = finished_record(federation)
         #: Whether the federation had finished when this participant started: it then runs
         #: locally (no broadcast is waited for or used, nothing is uploaded).
@@ -221,6 +236,11 @@ class FedSampler(FallbackSampler):
     def _check_study(self, study: Study) -> None:
         """Refuse a multi-objective study, or one whose direction is not the federation's."""
         self._site.check_study(study)
+
+    def _start_trial(self, study: Study, trial: FrozenTrial) -> None:
+        """At ``before_trial``: bind the site's study, tag the trial with this worker, fail the
+        running trials of dead workers (:mod:`._site_state`)."""
+        self._workers.start_trial(study, trial)
 
     def _note_params(self, trial: FrozenTrial, complete: bool) -> None:
         """Warn once, by name, about federation parameters a completed trial did not suggest."""

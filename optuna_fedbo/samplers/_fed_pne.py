@@ -125,6 +125,7 @@ class FedPNESampler(FedSampler):
         seed: int | None = None,
         lease_ttl: float = DEFAULT_LEASE_TTL,
         insecure_noise_seed: None = None,
+        worker: str | None = None,
     ) -> None:
         if insecure_noise_seed is not None:
             refuse_insecure_noise_seed("FedPNESampler")
@@ -144,7 +145,7 @@ class FedPNESampler(FedSampler):
             seed=seed,
         )
         self.channel = FedPNEChannel(federation)
-        self._participate(federation, client_id, lease_ttl)
+        self._participate(federation, client_id, lease_ttl, worker)
         self._config = self.channel.config
         self._tag = federation.config_hash[:16]
         self._space = federation.search_space
@@ -385,6 +386,10 @@ class FedPNESampler(FedSampler):
         return text
 
     # ------------------------------------------------------------------ trial hooks
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        self._start_trial(study, trial)
+        super().before_trial(study, trial)
+
     def after_trial(
         self,
         study: Study,

@@ -47,6 +47,7 @@ from optuna_fedbo.samplers._fts_upload import with_trial
 from optuna_fedbo.samplers._observations import TrialObservations
 from optuna_fedbo.samplers._rff_thompson import RFFThompsonSampler
 from optuna_fedbo.samplers._site_checks import conflict_message
+from optuna_fedbo.samplers._site_state import set_point
 from optuna_fedbo.samplers._waiting import Waits
 
 _logger = optuna.logging.get_logger(__name__)
@@ -172,6 +173,7 @@ class FTSParticipant(FedSampler):
         warn_independent_sampling: bool = True,
         seed: int | None = None,
         lease_ttl: float = DEFAULT_LEASE_TTL,
+        worker: str | None = None,
     ) -> None:
         fts = federation.fts
         if n_candidates < 1 or n_refinements < 0:
@@ -187,7 +189,11 @@ class FTSParticipant(FedSampler):
             warn_independent_sampling=warn_independent_sampling,
             seed=seed,
         )
-        self._participate(federation, client_id, lease_ttl)
+        self._participate(federation, client_id, lease_ttl, worker)
+        self._choosing = threading.Lock()
+        epoch = self._lease.epoch  # each worker its own stream: not one point twice
+        if seed is not None and epoch > 1:
+            self._rng = np.random.default_rng([seed, epoch])
         self._fts = fts
         self._synchronous = synchronous
         self._poll_interval = poll_interval
@@ -317,8 +323,11 @@ class FTSParticipant(FedSampler):
             return cached
         # One BLAS limit for the whole step (its updates, posteriors and GPs would each set
         # and restore it).
-        with one_blas_thread():
+        # One choice at a time in a process: each thread's choice sees the points of the
+        # others' running trials (other processes' choices may still overlap, as GPSampler's).
+        with self._choosing, one_blas_thread():
             params = self._choose(study, trial)
+            set_point(study, trial, self._encoder.encode([params])[0])
         with self._lock:
             self._points[trial._trial_id] = params
         return params
@@ -463,6 +472,7 @@ class FTSParticipant(FedSampler):
 
     # ------------------------------------------------------------------ trial hooks
     def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        self._start_trial(study, trial)
         super().before_trial(study, trial)
         if not self._synchronous or self._uploads.last_round is None:
             return
@@ -496,7 +506,7 @@ class FTSParticipant(FedSampler):
             self._modes.pop(trial._trial_id, None)
             self._points.pop(trial._trial_id, None)
         value = finished_value(study, state, values)
-        self._observed(trial, value)
+        self._observed(study, trial, value)
         self._note_params(trial, state == TrialState.COMPLETE)
         if self.federation_finished or self.budget_exhausted:
             return  # nothing will be published any more: nothing leaves the participant
@@ -512,7 +522,7 @@ class FTSParticipant(FedSampler):
                 exc_info=True,
             )
 
-    def _observed(self, trial: FrozenTrial, value: float | None) -> None:
+    def _observed(self, study: Study, trial: FrozenTrial, value: float | None) -> None:
         """A trial finished with ``value`` (oriented for maximization; ``None``: no value)."""
 
     def _vector(self, posterior: LinearPosterior) -> np.ndarray:

@@ -29,6 +29,7 @@ from optuna_fedbo.federation.fts.messages import parse_broadcast
 from optuna_fedbo.federation.fts.secure import secure_poll
 from optuna_fedbo.federation.fts.secure import secure_upload
 from optuna_fedbo.federation.fts.subregions import SubregionPartition
+from optuna_fedbo.federation.lease_book import lease_book
 from optuna_fedbo.federation.trust import UntrustedRecordError
 
 _logger = optuna.logging.get_logger(__name__)
@@ -255,6 +256,9 @@ class FTSChannel:
             if (
                 by_reference
                 and sent is not None
+                # The server holds the site's last vector, which another worker process of the
+                # site may have sent: only a site of one worker names its own by digest.
+                and lease_book(self.federation).live_workers(client_id) <= 1
                 and (sent.round < round_index and sent.epoch == epoch)
                 and np.array_equal(sent.vector, omega)
             ):
