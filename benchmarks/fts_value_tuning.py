@@ -8,14 +8,15 @@ it reaches is its own model's doing. Beside it, on the same sites and seeds: the
 
 Families (``--family``):
 
-* ``svr-diabetes``: smooth 3-parameter regression tuning with log-scale parameters and
+* ``krr-diabetes``: smooth 3-parameter regression tuning with log-scale parameters and
   covariate shift. Each site holds 150 patients of scikit-learn's diabetes data drawn with
   probability ``exp(s_n z)`` (``z``: the standardized body-mass index, ``s_n`` uniform in
-  ``[-1.5, 1.5]``: the sites see different patients) and tunes an RBF ``SVR`` (``C`` in
-  ``[1e-2, 1e3]``, ``gamma`` in ``[1e-4, 1]``, ``epsilon`` in ``[1e-3, 1]``, all log) for its
-  3-fold cross-validated R^2 (deterministic). Regret is the gap to a per-site reference: the
-  best of a 10^3 grid over the log-scaled cube, refined by Nelder-Mead from its three best
-  points (cached under ``benchmarks/results/cache``).
+  ``[-1.5, 1.5]``: the sites see different patients) and tunes kernel ridge regression with
+  a Gaussian kernel of one width per feature group (``alpha`` in ``[1e-4, 10]``, ``gamma_a``
+  for the five demographic and ``gamma_b`` for the five serum features, in ``[1e-4, 1]``, all
+  log) for its 3-fold cross-validated R^2 (deterministic, a few ms). Regret is the gap to a
+  per-site reference: the best of a 10^3 grid over the log-scaled cube, refined by
+  Nelder-Mead from its three best points (cached under ``benchmarks/results/cache``).
 * ``gp2d-independent``: independent 2-D GP draws (lengthscale 0.2, noise 0.01), one per site
   (:func:`benchmarks.fts_value.gp_problem`).
 
@@ -23,7 +24,8 @@ Reported per family: mean regret (over seeds x sites) at 5, 10, 20 and 30 trials
 GPSampler and to the best stock sampler; paired wins against GPSampler over the site-runs; the
 standard error of the paired per-site-run difference to GPSampler.
 
-Run: ``nice -n 10 python benchmarks/fts_value_tuning.py --family krr-diabetes --seeds 6``.
+Run: ``nice -n 10 python benchmarks/fts_value_tuning.py --family krr-diabetes --seeds 6``;
+``--cost 50`` times the participant, the server's round and TPE per trial at 21-50 trials.
 """
 
 from __future__ import annotations
@@ -240,6 +242,47 @@ def report(family: str, per_seed: list[dict[str, np.ndarray]], seconds: dict[str
     print("wins@t: site-runs with lower / higher regret than gp; se: of the paired difference")
 
 
+def cost(n_trials: int, dims: int) -> None:
+    """CPU ms per trial from trial 21 on: a participant of a two-site federation (in memory, the
+    server closing a round after each pair of trials; its step timed apart) and TPE."""
+    from optuna_fedbo import Federation
+    from optuna_fedbo import FederationServer
+    from optuna_fedbo import FedThompsonSampler
+
+    space = {f"x{i}": optuna.distributions.FloatDistribution(0.0, 1.0) for i in range(dims)}
+
+    def objective(trial: optuna.Trial) -> float:
+        x = np.array([trial.suggest_float(name, 0.0, 1.0) for name in space])
+        return float(-np.sum((x - 0.3) ** 2) + 0.1 * np.sin(20 * x).sum())
+
+    def timed(study: optuna.Study) -> float:
+        start = time.process_time()
+        study.optimize(objective, n_trials=1)
+        return time.process_time() - start
+
+    tpe = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=0))
+    tpe_ms = [timed(tpe) for _ in range(n_trials)]
+    fed = Federation.create(f"cost-{time.time_ns()}", search_space=space, n_clients=2)
+    server = FederationServer(fed)
+    site, other = (
+        optuna.create_study(direction="maximize", sampler=FedThompsonSampler(fed, n, seed=s))
+        for s, n in enumerate(("site", "other"))
+    )
+    site_ms, server_ms = [], []
+    for _ in range(n_trials):
+        site_ms.append(timed(site))
+        other.optimize(objective, n_trials=1)
+        start = time.process_time()
+        server.step(force=True)
+        server_ms.append(time.process_time() - start)
+    window = slice(20, n_trials)
+    print(
+        f"{dims}-D, trials 21-{n_trials}, CPU ms: participant "
+        f"{1000 * np.mean(site_ms[window]):.1f}, server per round of 2 "
+        f"{1000 * np.mean(server_ms[window]):.1f}, TPE {1000 * np.mean(tpe_ms[window]):.1f}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", default="krr-diabetes", choices=sorted(FAMILIES))
@@ -247,9 +290,14 @@ def main() -> None:
     parser.add_argument("--sites", type=int, default=6)
     parser.add_argument("--trials", type=int, default=30)
     parser.add_argument("--methods", default="random,tpe,qmc,cmaes,gp,local-gp,fed_solo")
+    parser.add_argument("--cost", type=int, default=0, help="only time N trials (3-D, 4-D)")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=ExperimentalWarning)
+    if args.cost:
+        for dims in (3, 4):
+            cost(args.cost, dims)
+        return
     methods = args.methods.split(",")
     per_seed = []
     seconds: dict[str, float] = {}
