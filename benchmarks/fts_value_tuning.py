@@ -1,6 +1,6 @@
 """Is a participant's own model GPSampler-grade? ``fed_solo`` against stock Optuna (issue 28).
 
-``fed_solo`` is the default :class:`~optuna_fedbo.FedThompsonSampler` in a one-site federation
+``fed_solo`` is the default :class:`~optuna_fedbo.FedTransferSampler` in a one-site federation
 (:func:`~optuna_fedbo.simulation.simulate` with one objective): no peer can help, so whatever
 it reaches is its own model's doing. Beside it, on the same sites and seeds: the stock samplers
 (``random``, ``tpe``, ``qmc``, ``cmaes``, ``gp`` = :class:`optuna.samplers.GPSampler`) and
@@ -247,7 +247,7 @@ def cost(n_trials: int, dims: int) -> None:
     server closing a round after each pair of trials; its step timed apart) and TPE."""
     from optuna_fedbo import Federation
     from optuna_fedbo import FederationServer
-    from optuna_fedbo import FedThompsonSampler
+    from optuna_fedbo import FedTransferSampler
 
     space = {f"x{i}": optuna.distributions.FloatDistribution(0.0, 1.0) for i in range(dims)}
 
@@ -265,7 +265,7 @@ def cost(n_trials: int, dims: int) -> None:
     fed = Federation.create(f"cost-{time.time_ns()}", search_space=space, n_clients=2)
     server = FederationServer(fed)
     site, other = (
-        optuna.create_study(direction="maximize", sampler=FedThompsonSampler(fed, n, seed=s))
+        optuna.create_study(direction="maximize", sampler=FedTransferSampler(fed, n, seed=s))
         for s, n in enumerate(("site", "other"))
     )
     site_ms, server_ms = [], []
