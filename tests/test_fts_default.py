@@ -189,9 +189,35 @@ def _add_scored(study: optuna.Study, losses: tuple[float, float]) -> None:
         )  # fmt: skip
 
 
-def test_the_own_gp_replaces_a_broadcast_that_ordered_the_latest_trials_worse() -> None:
+def _objective(trial: optuna.Trial) -> float:
+    x, y = trial.suggest_float("x", 0, 1), trial.suggest_float("y", 0, 1)
+    return -((x - 0.8) ** 2) - (y - 0.3) ** 2
+
+
+def test_a_broadcast_of_only_the_own_data_is_not_used_as_a_prior() -> None:
+    fed = _federation(min_contributors=1)
+    server = FederationServer(fed)
+    a = optuna.create_study(direction="maximize", sampler=FedTransferSampler(fed, "a", seed=0))
+    a.optimize(_objective, n_trials=5)
+    server.step(force=True)  # round 0: a's design alone
+    a.optimize(_objective, n_trials=2)
+    assert [t.system_attrs["fedbo:mode"] for t in a.trials[5:]] == ["fallback"] * 2
+    b = optuna.create_study(direction="maximize", sampler=FedTransferSampler(fed, "b", seed=1))
+    b.optimize(_objective, n_trials=5)
+    a.optimize(_objective, n_trials=1)
+    server.step(force=True)  # round 1: both
+    assert fed.latest_broadcast().n_contributors == 2
+    a.optimize(_objective, n_trials=1)
+    assert a.trials[-1].system_attrs["fedbo:mode"] == "transfer"
+
+
+def test_the_own_gp_replaces_a_broadcast_that_ordered_the_latest_trials_worse(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     fed = _federation(min_contributors=1)  # the first broadcast is of one participant
     sampler = FedTransferSampler(fed, "a", seed=0)
+    # The mechanics, shown on a lone participant's broadcast (its own data, otherwise unused).
+    monkeypatch.setattr(sampler, "_only_own", lambda broadcast: False)
     study = optuna.create_study(direction="maximize", sampler=sampler)
 
     def objective(trial: optuna.Trial) -> float:
@@ -230,6 +256,8 @@ def test_the_broadcast_is_weighed_again_as_often_as_hyperparameters_are_refitted
     fed = _federation(n_clients=1)
     server = FederationServer(fed)
     sampler = FedTransferSampler(fed, "a", seed=0)
+    # Shown on a lone participant's broadcast (its own data, otherwise unused).
+    monkeypatch.setattr(sampler, "_only_own", lambda broadcast: False)
     steps, weighings = [], []
     broadcast_function, prior_weight = sampler._broadcast_function, _fed_transfer.prior_weight
 

@@ -111,6 +111,8 @@ class UpperConfidenceBound:
 #: Beyond this many observations (where a sampler's GP starts to model a subset) the
 #: acquisition search shrinks (:func:`search_budget`).
 LARGE_STUDY = MAX_GP_POINTS
+#: Tolerance of the L-BFGS-B refinement on the projected gradient (:func:`maximize`).
+REFINE_GTOL = 1e-2
 #: Spreads of the zoom rounds (:func:`maximize`), in units of the function's column scales.
 ZOOM_SPREADS = (0.1, 0.01)
 
@@ -271,13 +273,15 @@ def _refine(
 
     low, high = box.low[free] / scales, box.high[free] / scales
     bounds = list(zip(np.tile(low, n_starts), np.tile(high, n_starts)))
+    # Each start's projected gradient below 1e-2 (GPSampler's tolerance): at 50 observations
+    # (4-D, LogEI, 4 starts) 10 evaluations instead of 17, the same maximum to 1e-5.
     result = scipy.optimize.minimize(
         negative_total,
         (starts[:, free] / scales).ravel(),
         jac=True,
         method="L-BFGS-B",
         bounds=bounds,
-        options={"maxiter": max_iterations},
+        options={"maxiter": max_iterations, "gtol": REFINE_GTOL},
     )
     points = fixed.copy()
     points[:, free] = np.clip(

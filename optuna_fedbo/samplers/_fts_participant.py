@@ -55,8 +55,8 @@ _logger = optuna.logging.get_logger(__name__)
 #: Trial system attribute: how the trial's point was chosen ("init", "local", "federated" = the
 #: broadcast function's maximizer, "transfer" = the local GP with the broadcast as prior mean,
 #: "own" = the local GP alone because it predicted the latest trials better than the broadcast
-#: did, "fallback" = local because no usable broadcast (none yet, or the federation's privacy
-#: budget is exhausted), "outside" = not the federation's space).
+#: did, "fallback" = local because no usable broadcast (none yet, only its own data, or the
+#: federation's privacy budget is exhausted), "outside" = not the federation's space).
 MODE_ATTR = "fedbo:mode"
 #: Trial system attribute: the broadcast round a "federated" trial used.
 BROADCAST_ROUND_ATTR = "fedbo:broadcast_round"

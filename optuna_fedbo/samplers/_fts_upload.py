@@ -9,6 +9,7 @@ stored as complete), on copies of the running statistics.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 import copy
 import math
@@ -51,6 +52,8 @@ class UploadMemory:
         # vector upload that added a finished trial by hand.
         self._posterior: tuple[tuple[Any, ...], LinearPosterior] | None = None
         self._own_digests: dict[int, str] = {}
+        # The latest rounds uploaded to.
+        self._rounds: deque[int] = deque(maxlen=_OWN_DIGESTS_KEPT)
 
     def statistics_held(self, study: Study, n_observations: int) -> np.ndarray | None:
         """The packed statistics last sent, if they are to be sent again: until the
@@ -100,8 +103,14 @@ class UploadMemory:
             self._own_digests[round_index] = vector_digest(omega)
             for old in sorted(self._own_digests)[:-_OWN_DIGESTS_KEPT]:
                 del self._own_digests[old]
+        self._rounds.append(round_index)
         if self.last_round is None or round_index > self.last_round:
             self.last_round = round_index
+
+    def only_own(self, round_index: int, n_contributors: int) -> bool:
+        """Whether round ``round_index``, of ``n_contributors``, holds nothing but this
+        participant's upload (one contributor, in a round it uploaded to)."""
+        return n_contributors == 1 and round_index in self._rounds
 
     def own_digest(self, round_index: int) -> str | None:
         """The digest of this participant's vector in round ``round_index``, if kept."""

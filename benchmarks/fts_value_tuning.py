@@ -1,0 +1,319 @@
+"""Is a participant's own model GPSampler-grade? ``fed_solo`` against stock Optuna (issue 28).
+
+``fed_solo`` is the default :class:`~optuna_fedbo.FedTransferSampler` in a one-site federation
+(:func:`~optuna_fedbo.simulation.simulate` with one objective): no peer can help, so whatever
+it reaches is its own model's doing. Beside it, on the same sites and seeds: the stock samplers
+(``random``, ``tpe``, ``qmc``, ``cmaes``, ``gp`` = :class:`optuna.samplers.GPSampler`) and
+``local-gp`` (:class:`~optuna_fedbo.LocalGPSampler` with 5 startup trials).
+
+Families (``--family``):
+
+* ``krr-diabetes``: smooth 3-parameter regression tuning with log-scale parameters and
+  covariate shift. Each site holds 150 patients of scikit-learn's diabetes data drawn with
+  probability ``exp(s_n z)`` (``z``: the standardized body-mass index, ``s_n`` uniform in
+  ``[-1.5, 1.5]``: the sites see different patients) and tunes kernel ridge regression with
+  a Gaussian kernel of one width per feature group (``alpha`` in ``[1e-4, 10]``, ``gamma_a``
+  for the five demographic and ``gamma_b`` for the five serum features, in ``[1e-4, 1]``, all
+  log) for its 3-fold cross-validated R^2 (deterministic, a few ms). Regret is the gap to a
+  per-site reference: the best of a 10^3 grid over the log-scaled cube, refined by
+  Nelder-Mead from its three best points (cached under ``benchmarks/results/cache``).
+* ``gp2d-independent``: independent 2-D GP draws (lengthscale 0.2, noise 0.01), one per site
+  (:func:`benchmarks.fts_value.gp_problem`).
+
+Reported per family: mean regret (over seeds x sites) at 5, 10, 20 and 30 trials; the ratio to
+GPSampler and to the best stock sampler; paired wins against GPSampler over the site-runs; the
+standard error of the paired per-site-run difference to GPSampler.
+
+Run: ``nice -n 10 python benchmarks/fts_value_tuning.py --family krr-diabetes --seeds 6``;
+``--cost 50`` times the participant, the server's round and TPE per trial at 21-50 trials.
+"""
+
+from __future__ import annotations
+
+import os
+
+# One BLAS thread: the objectives' small solves are many times slower with contended threads.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+
+import numpy as np  # noqa: E402
+import optuna  # noqa: E402
+from optuna.exceptions import ExperimentalWarning  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.fts_value import _cache_file  # noqa: E402
+from benchmarks.fts_value import CACHE_DIR  # noqa: E402
+from benchmarks.fts_value import gp_problem  # noqa: E402
+from benchmarks.fts_value import Problem  # noqa: E402
+from benchmarks.fts_value import regrets  # noqa: E402
+from benchmarks.fts_value import STOCK  # noqa: E402
+from benchmarks.fts_value import stock_samplers  # noqa: E402
+from benchmarks.fts_value import TRUE_ATTR  # noqa: E402
+from benchmarks.fts_value import true_values  # noqa: E402
+from optuna_fedbo import LocalGPSampler  # noqa: E402
+from optuna_fedbo.federation import FTSConfig  # noqa: E402
+from optuna_fedbo.search_space import SearchSpaceEncoder  # noqa: E402
+from optuna_fedbo.simulation import simulate  # noqa: E402
+
+CHECKPOINTS = (5, 10, 20, 30)
+KRR_SPACE = {
+    "alpha": optuna.distributions.FloatDistribution(1e-4, 10.0, log=True),
+    "gamma_a": optuna.distributions.FloatDistribution(1e-4, 1.0, log=True),
+    "gamma_b": optuna.distributions.FloatDistribution(1e-4, 1.0, log=True),
+}
+
+
+def krr_problem(n_sites: int, seed: int) -> Problem:
+    """Diabetes shards with covariate shift, kernel ridge tuned per site (see the docstring)."""
+    from sklearn.datasets import load_diabetes
+
+    x, y = load_diabetes(return_X_y=True)
+    x = (x - x.mean(axis=0)) / x.std(axis=0)
+    y = (y - y.mean()) / y.std()
+    rng = np.random.default_rng([seed, 28])
+    objectives = []
+    for _ in range(n_sites):
+        weights = np.exp(rng.uniform(-1.5, 1.5) * x[:, 2])
+        idx = rng.choice(len(y), size=150, replace=False, p=weights / weights.sum())
+        xs, ys = x[idx], y[idx]
+        # Squared distances within each feature group (demographics and blood serum).
+        groups = [
+            np.sum((xs[:, None, g] - xs[None, :, g]) ** 2, axis=-1)
+            for g in (slice(0, 5), slice(5, 10))
+        ]
+        folds = np.array_split(rng.permutation(len(ys)), 3)
+
+        def objective(trial, ys=ys, groups=groups, folds=folds):
+            alpha = trial.suggest_float("alpha", 1e-4, 10.0, log=True)
+            gamma_a = trial.suggest_float("gamma_a", 1e-4, 1.0, log=True)
+            gamma_b = trial.suggest_float("gamma_b", 1e-4, 1.0, log=True)
+            kernel = np.exp(-gamma_a * groups[0] - gamma_b * groups[1])
+            error = 0.0
+            for val in folds:
+                train = np.setdiff1d(np.arange(len(ys)), val)
+                gram = kernel[np.ix_(train, train)] + alpha * np.eye(len(train))
+                coef = np.linalg.solve(gram, ys[train])
+                error += float(np.sum((ys[val] - kernel[np.ix_(val, train)] @ coef) ** 2))
+            value = 1.0 - error / float(np.sum((ys - ys.mean()) ** 2))
+            trial.set_user_attr(TRUE_ATTR, value)
+            return value
+
+        objectives.append(objective)
+    name = f"krr-diabetes N={n_sites}"
+
+    def reference(site: int) -> float:
+        path = _cache_file(f"{name} seed={seed} site={site} reference10")
+        if os.path.exists(path):
+            return float(np.load(path))
+        value = _grid_reference(KRR_SPACE, objectives[site])
+        os.makedirs(CACHE_DIR, exist_ok=True)
+        np.save(path, np.array(value))
+        return value
+
+    return Problem(name, KRR_SPACE, objectives, [(None, 1.0)] * n_sites, reference=reference)
+
+
+def _grid_reference(
+    space: dict[str, optuna.distributions.BaseDistribution],
+    objective: Callable[[optuna.Trial], float],
+    n_grid: int = 10,
+) -> float:
+    """Best of an ``n_grid``-per-axis grid on the unit-cube encoding, refined by Nelder-Mead."""
+    import scipy.optimize
+
+    names = list(space)
+    encoding = SearchSpaceEncoder(space)
+
+    def value(u: np.ndarray) -> float:
+        params = encoding.decode(np.clip(u, 0.0, 1.0))
+        return objective(optuna.trial.FixedTrial({n: params[n] for n in names}))
+
+    axis = np.linspace(0.0, 1.0, n_grid)
+    grid = np.stack(np.meshgrid(*[axis] * len(names)), -1).reshape(-1, len(names))
+    values = np.array([value(u) for u in grid])
+    best = float(values.max())
+    for start in grid[np.argsort(-values)[:3]]:
+        result = scipy.optimize.minimize(
+            lambda u: -value(u),
+            start,
+            method="Nelder-Mead",
+            bounds=[(0.0, 1.0)] * len(names),
+            options={
+                "maxfev": 80,
+                "initial_simplex": start
+                + np.vstack([np.zeros(len(names)), 0.5 / (n_grid - 1) * np.eye(len(names))])
+                * np.where(start > 0.5, -1.0, 1.0),
+            },
+        )
+        best = max(best, -float(result.fun))
+    return best
+
+
+FAMILIES: dict[str, Callable[[int, int], Problem]] = {
+    "krr-diabetes": krr_problem,
+    "gp2d-independent": lambda n, s: gp_problem(2, 0.2, "independent", n, s),
+}
+
+
+def run_method(problem: Problem, name: str, seed: int, n_trials: int) -> np.ndarray:
+    """Best true value so far, shape ``(sites, n_trials)``."""
+    n_sites = len(problem.objectives)
+    cache = None
+    if name in STOCK:
+        cache = _cache_file(
+            f"{problem.name} seed={seed} {name} T={n_trials} sites={n_sites} tuning "
+            f"optuna={optuna.__version__}"
+        )
+        if os.path.exists(cache):
+            return np.load(cache)
+    rows = []
+    for n, objective in enumerate(problem.objectives):
+        if name == "fed_solo":
+            config = FTSConfig(min_contributors=1)  # a lone site may publish
+            result = simulate(
+                [objective],
+                search_space=problem.space,
+                n_rounds=n_trials - config.n_init,
+                protocol=config,
+                seed=1000 * seed + n,
+                progress=False,
+            )
+            rows.append(true_values(result.studies[0], n_trials))
+            continue
+        if name == "local-gp":
+            sampler = LocalGPSampler(seed=1000 * seed + n, n_startup_trials=5)
+        else:
+            sampler = stock_samplers(1000 * seed + n)[name]()
+        study = optuna.create_study(direction="maximize", sampler=sampler)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            study.optimize(objective, n_trials=n_trials)
+        rows.append(true_values(study, n_trials))
+    curves = np.array(rows)
+    if cache is not None:
+        os.makedirs(os.path.dirname(cache), exist_ok=True)
+        np.save(cache, curves)
+    return curves
+
+
+def report(family: str, per_seed: list[dict[str, np.ndarray]], seconds: dict[str, float]) -> None:
+    """Regrets, ratios to GPSampler and to the best stock sampler, paired wins, paired se."""
+    methods = list(per_seed[0])
+    # (site-runs, trials) per method: seeds x sites stacked.
+    runs = {m: np.concatenate([r[m] for r in per_seed]) for m in methods}
+    n_runs = len(runs[methods[0]])
+    stock = [m for m in methods if m in STOCK]
+    print(f"\n## {family}  ({len(per_seed)} seeds, {n_runs} site-runs)")
+    print(
+        f"{'method':10s}"
+        + "".join(f"{'r@' + str(t):>9s}" for t in CHECKPOINTS)
+        + "".join(f"{'/gp@' + str(t):>7s}" for t in CHECKPOINTS)
+        + "".join(f"{'/best@' + str(t):>8s}" for t in CHECKPOINTS)
+        + f"{'wins@20':>9s}{'wins@30':>9s}{'se@20':>9s}{'se@30':>9s}{'s/run':>7s}"
+    )
+    for m in methods:
+        mean = {t: runs[m][:, t - 1].mean() for t in CHECKPOINTS}
+        line = f"{m:10s}" + "".join(f"{mean[t]:9.4f}" for t in CHECKPOINTS)
+        for t in CHECKPOINTS:
+            gp = runs["gp"][:, t - 1].mean() if "gp" in runs else float("nan")
+            line += f"{mean[t] / max(gp, 1e-12):7.2f}"
+        for t in CHECKPOINTS:
+            best = min(runs[s][:, t - 1].mean() for s in stock)
+            line += f"{mean[t] / max(best, 1e-12):8.2f}"
+        for t in (20, 30):
+            if "gp" in runs:
+                diff = runs[m][:, t - 1] - runs["gp"][:, t - 1]
+                line += f"{int(np.sum(diff < 0)):4d}/{int(np.sum(diff > 0)):<4d}"
+            else:
+                line += f"{'':9s}"
+        for t in (20, 30):
+            if "gp" in runs:
+                diff = runs[m][:, t - 1] - runs["gp"][:, t - 1]
+                line += f"{diff.std(ddof=1) / np.sqrt(n_runs):9.4f}"
+        line += f"{seconds.get(m, float('nan')):7.1f}"
+        print(line)
+    print("wins@t: site-runs with lower / higher regret than gp; se: of the paired difference")
+
+
+def cost(n_trials: int, dims: int) -> None:
+    """CPU ms per trial from trial 21 on: a participant of a two-site federation (in memory, the
+    server closing a round after each pair of trials; its step timed apart) and TPE."""
+    from optuna_fedbo import Federation
+    from optuna_fedbo import FederationServer
+    from optuna_fedbo import FedTransferSampler
+
+    space = {f"x{i}": optuna.distributions.FloatDistribution(0.0, 1.0) for i in range(dims)}
+
+    def objective(trial: optuna.Trial) -> float:
+        x = np.array([trial.suggest_float(name, 0.0, 1.0) for name in space])
+        return float(-np.sum((x - 0.3) ** 2) + 0.1 * np.sin(20 * x).sum())
+
+    def timed(study: optuna.Study) -> float:
+        start = time.process_time()
+        study.optimize(objective, n_trials=1)
+        return time.process_time() - start
+
+    tpe = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=0))
+    tpe_ms = [timed(tpe) for _ in range(n_trials)]
+    fed = Federation.create(f"cost-{time.time_ns()}", search_space=space, n_clients=2)
+    server = FederationServer(fed)
+    site, other = (
+        optuna.create_study(direction="maximize", sampler=FedTransferSampler(fed, n, seed=s))
+        for s, n in enumerate(("site", "other"))
+    )
+    site_ms, server_ms = [], []
+    for _ in range(n_trials):
+        site_ms.append(timed(site))
+        other.optimize(objective, n_trials=1)
+        start = time.process_time()
+        server.step(force=True)
+        server_ms.append(time.process_time() - start)
+    window = slice(20, n_trials)
+    print(
+        f"{dims}-D, trials 21-{n_trials}, CPU ms: participant "
+        f"{1000 * np.mean(site_ms[window]):.1f}, server per round of 2 "
+        f"{1000 * np.mean(server_ms[window]):.1f}, TPE {1000 * np.mean(tpe_ms[window]):.1f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--family", default="krr-diabetes", choices=sorted(FAMILIES))
+    parser.add_argument("--seeds", type=int, default=6)
+    parser.add_argument("--sites", type=int, default=6)
+    parser.add_argument("--trials", type=int, default=30)
+    parser.add_argument("--methods", default="random,tpe,qmc,cmaes,gp,local-gp,fed_solo")
+    parser.add_argument("--cost", type=int, default=0, help="only time N trials (3-D, 4-D)")
+    args = parser.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=ExperimentalWarning)
+    if args.cost:
+        for dims in (3, 4):
+            cost(args.cost, dims)
+        return
+    methods = args.methods.split(",")
+    per_seed = []
+    seconds: dict[str, float] = {}
+    for seed in range(args.seeds):
+        problem = FAMILIES[args.family](args.sites, seed)
+        curves = {}
+        for name in methods:
+            start = time.perf_counter()
+            curves[name] = run_method(problem, name, seed, args.trials)
+            seconds[name] = seconds.get(name, 0.0) + (time.perf_counter() - start) / (
+                args.seeds * args.sites
+            )
+        per_seed.append(regrets(problem, curves))
+        print(f"seed {seed} done", flush=True)
+    report(args.family, per_seed, seconds)
+
+
+if __name__ == "__main__":
+    main()
