@@ -42,7 +42,10 @@ from optuna_fedbo.federation.lease_record import sign_lease
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-FAST = ("--lease-ttl", "2", "--sleep", "0.05", "--synchronous", "--sync-timeout", "30")
+#: Short leases and trials, in lock-step. The sync timeout is long (a busy machine can take half a
+#: minute to start a process) since every wait ends with a broadcast, both sites running as many
+#: trials, but where a test bounds a lone wait itself.
+FAST = ("--lease-ttl", "2", "--sleep", "0.05", "--synchronous", "--sync-timeout", "120")
 
 
 class Attacker:
