@@ -1,4 +1,10 @@
-"""Shared test set-up: a private key directory, and a fixture for Optuna's logs in ``caplog``.
+"""Shared test set-up: a private key directory, a fixture for Optuna's logs in ``caplog``, and
+how the suite is shared between two workers.
+
+The suite runs on two workers (``python -m pytest -q -n 2``, pytest-xdist). The tests of
+``PROCESS_TESTS`` start a server and participant processes that race each other on real time
+(round timeouts, lease ttls): they all run one after another on one worker, never two at once,
+while the other worker runs the in-process tests (each worker has its own key directory).
 
 The key directory is set at import (before the test modules snapshot ``os.environ`` for their
 worker processes), so tests never touch the user's keys and the processes they start find the
@@ -7,6 +13,7 @@ same keys; it is removed when the session ends.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -16,6 +23,53 @@ import pytest
 
 KEY_HOME = tempfile.mkdtemp(prefix="optuna-fedbo-test-keys-")
 os.environ["OPTUNA_FEDBO_HOME"] = KEY_HOME
+
+
+#: Test modules (or ``module::test``) that run a server and participant processes at once.
+PROCESS_TESTS = frozenset(
+    {
+        "test_dp_multiprocess.py",
+        "test_federation_multiprocess.py",
+        "test_fedpne_federation_multiprocess.py",
+        "test_lease_trust.py::test_a_forged_lease_does_not_lock_a_real_site_out",
+        "test_lease_trust.py::test_a_forged_trial_duration_does_not_stall_rounds",
+        "test_lease_trust.py::test_forged_finished_leases_do_not_end_serve",
+        "test_lease_trust.py::test_a_replayed_old_lease_neither_locks_out_nor_ends_serve",
+        "test_lifecycle_multiprocess.py",
+        "test_readme.py",
+        "test_trust_damage.py::test_a_deleted_uploads_study_is_created_again_and_the_round_goes_on",
+        "test_trust_damage.py::test_a_deleted_main_study_or_configuration_is_one_line_naming_it",
+        "test_trust_uploads.py::test_a_spy_with_the_storage_url_recovers_no_vector",
+    }
+)
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to under ``-n``: ``processes`` or the test itself."""
+    module, _, test = nodeid.partition("::")
+    module = module.rsplit("/", 1)[-1]
+    if module in PROCESS_TESTS or f"{module}::{test.split('[', 1)[0]}" in PROCESS_TESTS:
+        return "processes"
+    return nodeid
+
+
+if importlib.util.find_spec("xdist") is not None:  # the hook exists only with pytest-xdist
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+        """With ``-n`` (``--dist load``, the default): hand out whole units of
+        :func:`work_unit`, the largest (``processes``) first. (xdist's own ``--dist loadgroup``
+        marks do not group with pytest >= 9.2: it renames a test's node id where pytest no
+        longer reads it.)
+        """
+        if config.getoption("dist") != "load":
+            return None
+        from xdist.scheduler import LoadScopeScheduling
+
+        class ProcessGroupScheduling(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                return work_unit(nodeid)
+
+        return ProcessGroupScheduling(config, log)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -23,6 +23,9 @@ import uuid
 N_CLIENTS = 5
 HORIZON = 40
 EXTRA = 2
+#: What a participant rightly says when its wait has lasted long while site-0 is being restarted
+#: (the test stops it mid-phase): not a failure, and when it comes depends on the machine's speed.
+RESTART_GAP = f"of {N_CLIENTS} participants have joined and {N_CLIENTS - 1} run"
 ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "OMP_NUM_THREADS": "1"}
 
 
@@ -82,7 +85,11 @@ def _worker(storage: str, name: str, client_id: str, n_trials: int, journal: str
         ),
         flush=True,
     )
-    return 1 if warnings else 0
+    return 1 if _unexpected(warnings) else 0
+
+
+def _unexpected(warnings: list[str]) -> list[str]:
+    return [w for w in warnings if RESTART_GAP not in w]
 
 
 def _run_federation(storage: str, tmp_path: Path) -> None:
@@ -165,7 +172,7 @@ def _run_federation(storage: str, tmp_path: Path) -> None:
     # Pulls are the phases' slots in order, exactly once each.
     expected = [[p.index, s] for p in phases for s in range(p.budget)]
     for client, outcome in outcomes.items():
-        assert outcome["n_trials"] == total and outcome["warnings"] == []
+        assert outcome["n_trials"] == total and _unexpected(outcome["warnings"]) == []
         assert outcome["modes"] == ["pull"] * HORIZON + ["exploit"] * EXTRA
         assert outcome["recommended"] == channel.recommended_params()
         assert outcome["pulls"][:HORIZON] == expected, client

@@ -42,7 +42,10 @@ from optuna_fedbo.federation.lease_record import sign_lease
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-FAST = ("--lease-ttl", "2", "--sleep", "0.05", "--synchronous", "--sync-timeout", "30")
+#: Short leases and trials, in lock-step. The sync timeout is long (a busy machine can take half a
+#: minute to start a process) since every wait ends with a broadcast, both sites running as many
+#: trials, but where a test bounds a lone wait itself.
+FAST = ("--lease-ttl", "2", "--sleep", "0.05", "--synchronous", "--sync-timeout", "120")
 
 
 class Attacker:
@@ -178,14 +181,16 @@ def test_a_replayed_old_lease_neither_locks_out_nor_ends_serve(tmp_path) -> None
     _wait_for(lambda: time.time() > expiry + 0.5, "the old live record to expire")
     attacker.write("site-0", old_live, epoch=1)
     server = _server(storage, name, "--round-timeout", "1")
-    second = _participant(storage, name, "site-0", N_INIT + 5, *FAST)
+    # (Once site-1 has ended, site-0's next wait for a round cannot end with a broadcast: a
+    # short sync timeout bounds it; the two start together, so round 0 closes well before.)
+    second = _participant(storage, name, "site-0", N_INIT + 5, *FAST, "--sync-timeout", "10")
+    other = _participant(storage, name, "site-1", N_INIT + 1, *FAST)
     claimed = lambda: json.loads(attacker.read("site-0"))["body"]["epoch"] == 2  # noqa: E731
     _wait_for(lambda: second.poll() is not None or claimed(), "site-0's new lease")
     # ... and the old finished record is written back all along while both sites run: serve
     # must go on until site-0's second session has really finished (site-1 ends much sooner).
     stop = attacker.keep_writing({"site-0": old_finished})
     try:
-        other = _participant(storage, name, "site-1", N_INIT + 1, *FAST)
         out, err = _finish(second)
         _finish(other)
         server_out, server_err = _finish(server)

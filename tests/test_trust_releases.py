@@ -9,8 +9,10 @@ import json
 import logging
 from pathlib import Path
 
-import numpy as np
-from optuna.distributions import FloatDistribution
+from _trust_federation import federation
+from _trust_federation import publish
+from _trust_federation import SPACE
+from _trust_federation import upload_all
 from optuna.trial import TrialState
 import pytest
 
@@ -18,7 +20,6 @@ from optuna_fedbo.federation import DPConfig
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FedPNEConfig
-from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation import ServerSupersededError
 from optuna_fedbo.federation.cli import main as cli_main
 from optuna_fedbo.federation.keys import ServerKeys
@@ -28,29 +29,7 @@ from optuna_fedbo.federation.records import LATEST_KEY
 from optuna_fedbo.federation.trust import Trust
 from optuna_fedbo.federation.trust import UntrustedRecordError
 
-M = 6
-SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
-DP = DPConfig(noise_multiplier=1.0, sample_rate=1.0, clip_norm=5.0)
 _names = itertools.count()
-
-
-def _federation(n_clients: int = 3, storage: object = None, privacy: object = DP) -> Federation:
-    fed = Federation.create(
-        f"rel-{next(_names)}",
-        search_space=SPACE,
-        n_clients=n_clients,
-        storage=storage,
-        protocol=FTSConfig(n_features=M, n_init=1, aggregation="weighted"),
-        privacy=privacy,
-    )
-    for i in range(n_clients):
-        fed.join(f"c{i}")
-    return fed
-
-
-def _upload_all(fed: Federation) -> None:
-    for i in range(fed.n_clients):
-        fed.upload(f"c{i}", np.linspace(-1, 1, M) * (i + 1), n_observations=3, iteration=0)
 
 
 def _forge(fed: Federation, purpose: str, body: dict) -> str:
@@ -59,19 +38,11 @@ def _forge(fed: Federation, purpose: str, body: dict) -> str:
     return forger.sign(purpose, body)
 
 
-def _published_rounds(fed: Federation, rounds: int) -> FederationServer:
-    server = FederationServer(fed)
-    for _ in range(rounds):
-        _upload_all(fed)
-        assert server.step() is not None
-    return server
-
-
 # ----------------------------------------------------------------------------- ledger
 def test_a_tampered_ledger_entry_makes_the_server_fail_closed(caplog) -> None:
-    fed = _federation()
-    server = _published_rounds(fed, 2)
-    _upload_all(fed)  # (after the tampering participants refuse to upload: tested elsewhere)
+    fed = federation()
+    server = publish(fed, 2)
+    upload_all(fed)  # (after the tampering participants refuse to upload: tested elsewhere)
     ledger_id = fed.storage.get_study_id_from_name(fed.store.ledger_study_name)
     attrs = fed.storage.get_study_system_attrs(ledger_id)
     key = sorted(k for k in attrs if k.startswith("r:"))[0]
@@ -90,8 +61,8 @@ def test_a_tampered_ledger_entry_makes_the_server_fail_closed(caplog) -> None:
 
 
 def test_a_ledger_copied_under_another_key_or_deleted_fails_closed(tmp_path: Path) -> None:
-    fed = _federation(storage=f"sqlite:///{tmp_path / 'l.db'}")
-    _published_rounds(fed, 2)
+    fed = federation(storage=f"sqlite:///{tmp_path / 'l.db'}")
+    publish(fed, 2)
     ledger_id = fed.storage.get_study_id_from_name(fed.store.ledger_study_name)
     attrs = fed.storage.get_study_system_attrs(ledger_id)
     first, second = sorted(k for k in attrs if k.startswith("r:"))
@@ -105,8 +76,8 @@ def test_a_ledger_copied_under_another_key_or_deleted_fails_closed(tmp_path: Pat
 
 def test_the_cli_server_refuses_to_publish_on_a_tampered_ledger(tmp_path, capsys) -> None:
     url = f"sqlite:///{tmp_path / 'cli.db'}"
-    fed = _federation(storage=url)
-    _published_rounds(fed, 1)
+    fed = federation(storage=url)
+    publish(fed, 1)
     fed.storage.delete_study(fed.storage.get_study_id_from_name(fed.store.ledger_study_name))
     assert cli_main(["serve", "--storage", url, "--name", fed.name, "--timeout", "1"]) == 2
     err = capsys.readouterr().err
@@ -115,8 +86,8 @@ def test_the_cli_server_refuses_to_publish_on_a_tampered_ledger(tmp_path, capsys
 
 # ------------------------------------------------------------------- broadcasts, pointer
 def test_a_forged_broadcast_and_pointer_are_ignored_by_participants(caplog) -> None:
-    fed = _federation(privacy=None)
-    _published_rounds(fed, 1)
+    fed = federation(privacy=None)
+    publish(fed, 1)
     genuine = fed.latest_broadcast()
     participant = Federation.load(fed.name, fed.storage)
     assert participant.latest_broadcast().round == 0
@@ -151,13 +122,13 @@ def test_a_forged_broadcast_and_pointer_are_ignored_by_participants(caplog) -> N
 
 def test_an_older_genuine_pointer_written_back_is_refused_with_a_warning(caplog) -> None:
     """A process that saw round 1's pointer never goes back to round 0's, though it verifies."""
-    fed = _federation(privacy=None)
-    server = _published_rounds(fed, 1)
+    fed = federation(privacy=None)
+    server = publish(fed, 1)
     main_id = fed.storage.get_study_id_from_name(fed.name)
     old_pointer = fed.storage.get_study_system_attrs(main_id)[LATEST_KEY]
     participant = Federation.load(fed.name, fed.storage)
     assert participant.open_round() == 1
-    _upload_all(fed)
+    upload_all(fed)
     assert server.step().round == 1
     assert participant.open_round() == 2 and participant.latest_broadcast().round == 1
     fed.storage.set_study_system_attr(main_id, LATEST_KEY, old_pointer)  # signed, but older
@@ -175,8 +146,8 @@ def test_an_older_genuine_pointer_written_back_is_refused_with_a_warning(caplog)
 
 
 def test_a_forged_budget_flag_is_ignored_and_the_server_keeps_publishing(caplog) -> None:
-    fed = _federation(privacy=DPConfig(1.0, 1.0, 5.0, epsilon_budget=100.0))
-    server = _published_rounds(fed, 1)
+    fed = federation(privacy=DPConfig(1.0, 1.0, 5.0, epsilon_budget=100.0))
+    server = publish(fed, 1)
     main_id = fed.storage.get_study_id_from_name(fed.name)
     fake = {"round": 1, "rounds_accounted": 1, "epsilon": 99.0, "epsilon_next": 101.0}
     fed.storage.set_study_system_attr(main_id, BUDGET_EXHAUSTED_KEY, _forge(fed, "budget", fake))
@@ -184,16 +155,16 @@ def test_a_forged_budget_flag_is_ignored_and_the_server_keeps_publishing(caplog)
     with caplog.at_level(logging.WARNING):
         assert participant.budget_exhausted() is None
     assert any("budget-exhausted record" in r.getMessage() for r in caplog.records)
-    _upload_all(fed)
+    upload_all(fed)
     assert server.step().round == 1
     assert FederationServer(Federation.load(fed.name, fed.storage)).budget_exhausted is None
 
 
 def test_an_unsigned_epoch_does_not_stop_the_server() -> None:
-    fed = _federation(privacy=None)
-    server = _published_rounds(fed, 1)
+    fed = federation(privacy=None)
+    server = publish(fed, 1)
     fed.storage.create_new_study([], fed.store.server_epoch_study_name(server.epoch + 1))
-    _upload_all(fed)
+    upload_all(fed)
     assert server.step().round == 1  # a study anyone can create is not a server
     newer = FederationServer(Federation.load(fed.name, fed.storage))
     assert newer.epoch == server.epoch + 2  # a signed claim after it does stop it
@@ -236,7 +207,7 @@ def test_two_servers_never_release_an_unaccounted_payload(
     the first one's round, on SQLite, each process with its own connection: every readable
     payload is accounted, each round is published once and accounted once."""
     url = f"sqlite:///{tmp_path / 'race.db'}"
-    fed = _federation(n_clients=3, storage=url)
+    fed = federation(n_clients=3, storage=url)
     old = FederationServer(Federation.load(fed.name, url))
     target = {"store": old._store, "server": old, "ledger": old._ledger}[owner]
     original = getattr(target, method)
@@ -249,7 +220,7 @@ def test_two_servers_never_release_an_unaccounted_payload(
         return result
 
     monkeypatch.setattr(target, method, then_start_another)
-    _upload_all(fed)
+    upload_all(fed)
     if method == "commit_broadcast":
         assert old.step().round == 0  # the new server started after the release
     else:
@@ -257,7 +228,7 @@ def test_two_servers_never_release_an_unaccounted_payload(
             old.step()
     (new,) = started
     while fed.open_round() < 2:
-        _upload_all(fed)
+        upload_all(fed)
         assert new.step() is not None
         with pytest.raises(ServerSupersededError):
             old.step(force=True)

@@ -4,7 +4,6 @@ upload into the past; the operator's explicit restore carries every release forw
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 from pathlib import Path
@@ -12,14 +11,17 @@ import shutil
 import subprocess
 import sys
 
+from _trust_federation import DP
+from _trust_federation import federation
+from _trust_federation import M
+from _trust_federation import publish
+from _trust_federation import upload_all
 import numpy as np
-from optuna.distributions import FloatDistribution
 import pytest
 
 from optuna_fedbo.federation import DPConfig
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
-from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation.cli import main as cli_main
 from optuna_fedbo.federation.ledger import LedgerIntegrityError
 from optuna_fedbo.federation.records import CONFIG_HASH_KEY
@@ -32,37 +34,7 @@ from optuna_fedbo.federation.watermark import LedgerRollbackError
 from optuna_fedbo.federation.watermark import ParticipantMark
 from optuna_fedbo.federation.watermark import ServerMark
 
-M = 6
-SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
-DP = DPConfig(noise_multiplier=1.0, sample_rate=1.0, clip_norm=5.0)
 ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "OMP_NUM_THREADS": "1"}
-_names = itertools.count()
-
-
-def _federation(storage: object, privacy: object = DP, n_clients: int = 3) -> Federation:
-    fed = Federation.create(
-        f"rb-{os.getpid()}-{next(_names)}",
-        search_space=SPACE,
-        n_clients=n_clients,
-        storage=storage,
-        protocol=FTSConfig(n_features=M, n_init=1, aggregation="weighted"),
-        privacy=privacy,
-    )
-    for i in range(n_clients):
-        fed.join(f"c{i}")
-    return fed
-
-
-def _upload_all(fed: Federation) -> None:
-    for i in range(fed.n_clients):
-        fed.upload(f"c{i}", np.linspace(-1, 1, M) * (i + 1), n_observations=3, iteration=0)
-
-
-def _publish(fed: Federation, rounds: int) -> None:
-    server = FederationServer(fed)
-    for _ in range(rounds):
-        _upload_all(fed)
-        assert server.step() is not None
 
 
 def _epsilon(fed: Federation, releases: int) -> float:
@@ -86,10 +58,10 @@ def test_a_restored_backup_fails_closed_until_the_operator_carries_the_spend_for
 ) -> None:
     db = tmp_path / "fed.db"
     url = f"sqlite:///{db}"
-    fed = _federation(url)
-    _publish(fed, 3)
+    fed = federation(url)
+    publish(fed, 3)
     shutil.copy(db, tmp_path / "backup.db")
-    _publish(fed, 3)
+    publish(fed, 3)
     assert fed.privacy_spent()[0] == pytest.approx(_epsilon(fed, 6))
     os.replace(tmp_path / "backup.db", db)  # the restore (a new file: old connections see none)
 
@@ -109,7 +81,7 @@ def test_a_restored_backup_fails_closed_until_the_operator_carries_the_spend_for
     after = Federation.load(fed.name, url)
     assert after.privacy_spent()[0] == pytest.approx(_epsilon(fed, 6))  # not 3
     assert after.status().privacy["ledger"] == "ok"
-    _publish(after, 1)  # the server goes on, from the restored round, counting from 6
+    publish(after, 1)  # the server goes on, from the restored round, counting from 6
     assert after.open_round() == 4
     assert after.privacy_spent()[0] == pytest.approx(_epsilon(fed, 7))
     assert after.ledger_entries()[-1].n_accounted == 7
@@ -118,15 +90,15 @@ def test_a_restored_backup_fails_closed_until_the_operator_carries_the_spend_for
 def test_a_restored_backup_counts_against_the_budget(tmp_path) -> None:
     db = tmp_path / "fed.db"
     url = f"sqlite:///{db}"
-    fed = _federation(url, privacy=DPConfig(1.0, 1.0, 5.0, epsilon_budget=DP.epsilon(4, 3)))
-    _publish(fed, 2)
+    fed = federation(url, privacy=DPConfig(1.0, 1.0, 5.0, epsilon_budget=DP.epsilon(4, 3)))
+    publish(fed, 2)
     shutil.copy(db, tmp_path / "backup.db")
-    _publish(fed, 2)
+    publish(fed, 2)
     os.replace(tmp_path / "backup.db", db)
     assert cli_main(["restore-ledger", "--storage", url, "--name", fed.name]) == 0
     restored = Federation.load(fed.name, url)
     server = FederationServer(restored)
-    _upload_all(restored)
+    upload_all(restored)
     report = server.step()  # 4 releases spent the budget: the restored 2 do not refill it
     assert report.budget_exhausted and not report.published
     assert restored.open_round() == 2
@@ -135,8 +107,8 @@ def test_a_restored_backup_counts_against_the_budget(tmp_path) -> None:
 # ------------------------------------------------------------------ study-level reset
 def test_a_reset_federation_with_its_config_copied_back_fails_closed(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'reset.db'}"
-    fed = _federation(url)
-    _publish(fed, 3)
+    fed = federation(url)
+    publish(fed, 3)
     storage = fed.storage
     main_id = storage.get_study_id_from_name(fed.name)
     config = {
@@ -167,8 +139,8 @@ def test_a_reset_federation_with_its_config_copied_back_fails_closed(tmp_path) -
 
 def test_a_deleted_ledger_shows_as_missing_never_as_epsilon_zero(tmp_path, caplog) -> None:
     url = f"sqlite:///{tmp_path / 'gone.db'}"
-    fed = _federation(url)
-    _publish(fed, 4)
+    fed = federation(url)
+    publish(fed, 4)
     fed.storage.delete_study(fed.storage.get_study_id_from_name(fed.store.ledger_study_name))
     reader = Federation.load(fed.name, url)
     with caplog.at_level(logging.WARNING):
@@ -186,7 +158,7 @@ def test_a_deleted_ledger_shows_as_missing_never_as_epsilon_zero(tmp_path, caplo
 def test_a_new_federation_starts_at_zero_and_the_mark_moves_before_each_release(
     tmp_path, monkeypatch
 ) -> None:
-    fed = _federation(f"sqlite:///{tmp_path / 'new.db'}")
+    fed = federation(f"sqlite:///{tmp_path / 'new.db'}")
     mark = ServerMark(fed)
     assert mark.read() is None
     server = FederationServer(fed)
@@ -201,7 +173,7 @@ def test_a_new_federation_starts_at_zero_and_the_mark_moves_before_each_release(
 
     monkeypatch.setattr(fed.store, "stage_broadcast", staged)
     for _ in range(2):
-        _upload_all(fed)
+        upload_all(fed)
         server.step()
     assert seen == [1, 2]
     assert mark.read().digest == fed.privacy_ledger().chain().head.digest
@@ -210,16 +182,16 @@ def test_a_new_federation_starts_at_zero_and_the_mark_moves_before_each_release(
 @pytest.mark.parametrize("damage", ["missing", "corrupt", "other federation"])
 def test_a_bad_mark_file_fails_closed_with_one_line(tmp_path, capsys, damage) -> None:
     url = f"sqlite:///{tmp_path / 'm.db'}"
-    fed = _federation(url)
-    _publish(fed, 1)
+    fed = federation(url)
+    publish(fed, 1)
     path = ServerMark(fed).path
     if damage == "missing":
         path.unlink()
     elif damage == "corrupt":
         path.write_text("{not json")
     else:
-        other = _federation(f"sqlite:///{tmp_path / 'other.db'}")
-        _publish(other, 1)
+        other = federation(f"sqlite:///{tmp_path / 'other.db'}")
+        publish(other, 1)
         shutil.copy(ServerMark(other).path, path)
     if path.exists():
         path.chmod(0o600)
@@ -240,11 +212,11 @@ def test_a_bad_mark_file_fails_closed_with_one_line(tmp_path, capsys, damage) ->
 
 # ------------------------------------------------------------------ stale records
 def test_an_old_pointer_is_refused_by_a_fresh_process_with_a_warning(caplog) -> None:
-    fed = _federation(None, privacy=None)
-    _publish(fed, 1)
+    fed = federation(None, privacy=None)
+    publish(fed, 1)
     main_id = fed.storage.get_study_id_from_name(fed.name)
     old = fed.storage.get_study_system_attrs(main_id)[LATEST_KEY]  # round 0, signed
-    _publish(fed, 2)
+    publish(fed, 2)
     assert fed.open_round() == 3
     fed.storage.set_study_system_attr(main_id, LATEST_KEY, old)  # replayed
     fresh = Federation.load(fed.name, fed.storage)
@@ -260,12 +232,12 @@ def test_an_old_pointer_is_refused_by_a_fresh_process_with_a_warning(caplog) -> 
 
 
 def test_an_old_stopped_heartbeat_is_refused_with_a_warning(caplog) -> None:
-    fed = _federation(None, privacy=None)
+    fed = federation(None, privacy=None)
     first = FederationServer(fed)
     first.announce(stopped="serve ended")
     main_id = fed.storage.get_study_id_from_name(fed.name)
     stopped = fed.storage.get_study_system_attrs(main_id)[SERVER_KEY]
-    _publish(fed, 1)  # a new server (epoch 2) runs and publishes
+    publish(fed, 1)  # a new server (epoch 2) runs and publishes
     fed.storage.set_study_system_attr(main_id, SERVER_KEY, stopped)  # replayed
     fresh = Federation.load(fed.name, fed.storage)
     with caplog.at_level(logging.WARNING):
@@ -276,7 +248,7 @@ def test_an_old_stopped_heartbeat_is_refused_with_a_warning(caplog) -> None:
 
 
 def test_an_old_heartbeat_of_an_earlier_round_is_refused() -> None:
-    fed = _federation(None, privacy=None)
+    fed = federation(None, privacy=None)
     server = FederationServer(fed)
     server.announce()
     main_id = fed.storage.get_study_id_from_name(fed.name)
@@ -286,7 +258,7 @@ def test_an_old_heartbeat_of_an_earlier_round_is_refused() -> None:
     fed.storage.set_study_system_attr(main_id, SERVER_KEY, old)  # the same round, but older
     assert fed.store.server_status()["heartbeat"] == newer
     for _ in range(2):
-        _upload_all(fed)
+        upload_all(fed)
         server.step()
     assert fed.store.server_status()["open_round"] == 2
     fed.storage.set_study_system_attr(main_id, SERVER_KEY, old)
@@ -295,9 +267,9 @@ def test_an_old_heartbeat_of_an_earlier_round_is_refused() -> None:
 
 
 def test_a_round_recovered_from_the_ledger_carries_its_receipts(tmp_path, monkeypatch) -> None:
-    fed = _federation(f"sqlite:///{tmp_path / 'crash.db'}")
+    fed = federation(f"sqlite:///{tmp_path / 'crash.db'}")
     server = FederationServer(fed)
-    _upload_all(fed)
+    upload_all(fed)
 
     def crash(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         raise RuntimeError("killed between accounting and staging")
@@ -318,16 +290,16 @@ def test_a_round_recovered_from_the_ledger_carries_its_receipts(tmp_path, monkey
 def test_a_ledger_that_diverges_from_the_mark_fails_closed(tmp_path) -> None:
     db = tmp_path / "fork.db"
     url = f"sqlite:///{db}"
-    fed = _federation(url)
-    _publish(fed, 2)
+    fed = federation(url)
+    publish(fed, 2)
     shutil.copy(db, tmp_path / "backup.db")
-    _publish(fed, 2)
+    publish(fed, 2)
     mark = ServerMark(fed).path.read_bytes()  # 4 releases
     os.replace(tmp_path / "backup.db", db)
     assert cli_main(["restore-ledger", "--storage", url, "--name", fed.name,
                      "--trust-storage"]) == 0  # fmt: skip  # misused: the storage went back
     ParticipantMark(fed).path.unlink()  # (participants would refuse: theirs are not tested)
-    _publish(Federation.load(fed.name, url), 2)  # another 2 releases on the restored branch
+    publish(Federation.load(fed.name, url), 2)  # another 2 releases on the restored branch
     ServerMark(fed).path.write_bytes(mark)  # as many releases, but not the ones it counted
     with pytest.raises(LedgerRollbackError, match="diverges"):
         FederationServer(Federation.load(fed.name, url))
