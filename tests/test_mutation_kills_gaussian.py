@@ -4,6 +4,8 @@ arrays are integer indices (written to kill mutants of ``benchmarks/mutation_tru
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -37,3 +39,35 @@ def test_a_vector_exactly_at_the_bound_is_not_clipped_and_indices_are_integers()
 def test_a_bad_clip_bound_is_named() -> None:
     with pytest.raises(ValueError, match="^bound must be positive"):
         clip_to_norm(np.ones(3), 0.0)
+
+
+def test_a_vector_at_the_bound_is_returned_unchanged_to_the_last_bit() -> None:
+    vector = np.array([-0.65, -0.13, 0.78])
+    bound = float(np.linalg.norm(vector / 0.78) * 0.78)  # its norm, as clip_to_norm computes it
+    assert np.array_equal(clip_to_norm(vector, bound), vector)
+
+
+@pytest.mark.parametrize(
+    ("vectors", "bound"),
+    [
+        ([[1e-200, 1e-200]], 1e-250),  # squares underflow: the norm needs the rescaling
+        ([[1e-150, 0.0], [1e200, 0.0]], 1e-200),  # rescaled per row, not by the largest row
+        ([[1.5e308, 1.5e308, 1.5e308]], 1.0),  # the norm overflows: no warning, still clipped
+    ],
+)
+def test_tiny_and_huge_vectors_are_clipped_to_the_bound_without_warnings(
+    vectors: list, bound: float
+) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clipped = clip_to_norm(np.array(vectors), bound)
+    norms = [
+        float(np.linalg.norm(row / np.max(np.abs(row))) * np.max(np.abs(row))) for row in clipped
+    ]
+    assert norms == pytest.approx([bound] * len(vectors), rel=1e-9, abs=0.0)
+
+
+def test_a_zero_vector_is_left_alone_without_warnings() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.array_equal(clip_to_norm(np.zeros((2, 3)), 1.0), np.zeros((2, 3)))
