@@ -149,6 +149,9 @@ class GaussianProcess:
         params: Kernel hyperparameters on standardized values.
         prior_mean: The prior mean at ``X`` (same scale as ``y``), or ``None`` for a constant
             prior mean (the residuals' mean).
+        noiseless_last: How many of the last rows are conditioned on without observation noise
+            (only :data:`MINIMUM_NOISE_VARIANCE` as jitter): values the model believes rather
+            than measured (:func:`~optuna_fedbo.core.believer.believe`).
     """
 
     def __init__(
@@ -158,6 +161,7 @@ class GaussianProcess:
         params: KernelParams,
         *,
         prior_mean: np.ndarray | None = None,
+        noiseless_last: int = 0,
     ) -> None:
         import scipy.linalg
 
@@ -177,7 +181,10 @@ class GaussianProcess:
         self._scaled_norms = np.sum(self._scaled_X**2, axis=1)
         with one_blas_thread():
             gram = self._kernel(X, X)
-            gram[np.diag_indices_from(gram)] += params.noise_variance
+            diagonal = np.full(len(X), params.noise_variance)
+            if noiseless_last > 0:
+                diagonal[-noiseless_last:] = MINIMUM_NOISE_VARIANCE
+            gram[np.diag_indices_from(gram)] += diagonal
             self._cholesky = scipy.linalg.cholesky(gram, lower=True, check_finite=False)
             self._alpha = scipy.linalg.cho_solve(
                 (self._cholesky, True), self._targets, check_finite=False
