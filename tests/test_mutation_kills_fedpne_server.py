@@ -88,8 +88,8 @@ def _crash_after_completing(monkeypatch: pytest.MonkeyPatch, fed: Federation) ->
     monkeypatch.setattr(fed.store, "commit_broadcast", complete_then_die)
 
 
-def _restart(fed: Federation) -> FederationServer:
-    return FederationServer(Federation.load(fed.name, fed.storage))
+def _restart(fed: Federation, **kwargs: object) -> FederationServer:
+    return FederationServer(Federation.load(fed.name, fed.storage), **kwargs)
 
 
 @pytest.mark.parametrize("crashed_round", [0, 1])
@@ -109,7 +109,11 @@ def test_a_restart_moves_the_pointer_a_crash_left_behind(
             assert server.step().round == round_index
     published = fed.store.broadcasts()
     assert [b.state for b in published] == [TrialState.COMPLETE] * (crashed_round + 1)
-    restarted = _restart(fed)
+    kept = _restart(fed, discard_uploads=False)  # asked to keep the uploads: kept
+    assert sorted(fed.store.read_uploads(crashed_round)) == ["c0", "c1", "c2"]
+    assert kept.open_round == crashed_round + 1
+    restarted = _restart(fed)  # the default: the published round's uploads are discarded
+    assert fed.store.read_uploads(crashed_round) == {}
     # The signed pointer names the newest published broadcast, as a commit would have.
     stored = fed.store.main_attrs()[LATEST_KEY]
     pointer = fed.trust.verify("latest", stored)
