@@ -4,11 +4,12 @@ Parallel workers of one study each choose a point while the others' trials run. 
 ``GPSampler`` conditions its acquisition on the running trials' points (``qLogEI`` with their
 values drawn from the posterior, and the Kriging believer for constraints: the running points
 enter as observations at their posterior mean). :func:`believe` does the latter: the GP conditioned
-on the running points at the values it predicts there, without observation noise (with the fitted
-noise, the variance left at a running point kept expected improvement at about ``0.4 sigma_n``
-there, and two threads chose one bound corner in 2 of 4 runs of ``tests/test_site_workers.py``).
-Its mean is unchanged, its variance at the running points vanishes and near them collapses, so
-expected improvement there drops to nothing and a parallel worker looks elsewhere. This module knows nothing of Optuna.
+on the running points at the values it predicts there, without observation noise (the values
+are the model's own, not measured: with the fitted noise, expected improvement at a running point
+stayed near ``0.4 sigma_n`` and could still be the largest, at a bound corner). Its mean is
+unchanged, its variance at the running points vanishes and near them collapses, so expected
+improvement there drops to nothing and a parallel worker looks elsewhere. This module knows
+nothing of Optuna.
 """
 
 from __future__ import annotations
