@@ -410,7 +410,7 @@ def test_the_server_waits_for_t_enrolled_participants(caplog) -> None:
     for c in ("c0", "c1"):
         fed.join(c)
     server = FederationServer(fed)
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.INFO, logger="optuna_fedbo"):
         assert server.step(force=True) is None
     assert "round 0 waits for 3 enrolled participants" in caplog.text
     assert fed.status().secure_aggregation["step"] == "setup"
@@ -431,7 +431,7 @@ def test_a_participant_enrolled_after_the_attempt_began_waits_for_the_next(caplo
     driven = _Round(fed, server)
     server.step()  # the setup names c0, c1, c2
     fed.join("c3")
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.INFO, logger="optuna_fedbo"):
         driven.upload([f"c{i}" for i in range(4)])
     assert "c3: not among the participants of round 0 attempt 0" in caplog.text
     report = driven.run()

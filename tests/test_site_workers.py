@@ -171,7 +171,10 @@ def test_a_worker_killed_mid_trial_is_taken_over_at_once_by_its_restart(tmp_path
         assert time.monotonic() < deadline and doomed.poll() is None, "the worker did not start"
         try:
             study = optuna.load_study(study_name=study_name, storage=studies)
-            if any(t.state == TrialState.RUNNING for t in study.trials):
+            # ... and has tagged it with its worker (a trial killed before that is not known as
+            # that worker's: it is left running, as Optuna leaves a trial without heartbeats).
+            running = [t for t in study.trials if t.state == TrialState.RUNNING]
+            if any(WORKER_ATTR in t.system_attrs for t in running):
                 break
         except KeyError:
             pass

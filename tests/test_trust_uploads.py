@@ -345,7 +345,8 @@ while time.monotonic() < deadline:
     done = os.path.exists(sys.argv[2])
     for study in storage.get_all_studies():
         seen.update(str(v) for v in study.system_attrs.values())
-        if ":fedbo:uploads:" in study.study_name:
+        if study.study_name.startswith(sys.argv[4] + ":fedbo:uploads:"):  # (PostgreSQL holds
+            # other tests' federations too: their uploads are not this test's ground truth)
             round_index = int(study.study_name.rsplit(":", 1)[1])
             uploads.update(
                 (round_index, k[2:], v) for k, v in study.system_attrs.items() if k[:2] == "u:"
@@ -405,7 +406,8 @@ def test_a_spy_with_the_storage_url_recovers_no_vector(kind: str, tmp_path: Path
     )  # fmt: skip
     assert "serving" in server.stdout.readline()  # participants start once a server runs
     spy = subprocess.Popen(
-        [python, "-c", _SPY, storage, str(tmp_path / "done"), str(tmp_path / "spy.json")],
+        [python, "-c", _SPY, storage, str(tmp_path / "done"), str(tmp_path / "spy.json"),
+             name],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
     )  # fmt: skip
     workers = [
