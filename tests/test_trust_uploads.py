@@ -344,6 +344,8 @@ seen, uploads, deadline = set(), set(), time.monotonic() + 150
 while time.monotonic() < deadline:
     done = os.path.exists(sys.argv[2])
     for study in storage.get_all_studies():
+        if not study.study_name.startswith(sys.argv[4]):  # this federation's studies only
+            continue
         seen.update(str(v) for v in study.system_attrs.values())
         if study.study_name.startswith(sys.argv[4] + ":fedbo:uploads:"):  # (PostgreSQL holds
             # other tests' federations too: their uploads are not this test's ground truth)
