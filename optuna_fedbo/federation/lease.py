@@ -248,9 +248,10 @@ class Lease:
         return False
 
     def renew(self) -> None:
-        """Write a heartbeat (and the progress fields); the lease is active again."""
+        """Write a heartbeat (and the progress fields); the lease is active again (not after
+        :meth:`release`: a heartbeat racing it never brings a finished lease back)."""
         with self._lock:
-            if self.superseded or not self._check_current():
+            if self._stop.is_set() or self.superseded or not self._check_current():
                 return
             self.book.write(self.client_id, self.epoch, self._sign(self.epoch, "active"))
 
@@ -268,6 +269,9 @@ class Lease:
             state = "finished" if finished else "lost"
             self.book.write(self.client_id, self.epoch, self._sign(self.epoch, state))
             self._notes.remove(self.epoch)
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=self.ttl)  # nothing of this lease is written after it returns
 
     def _beat(self, stop: threading.Event) -> None:
         interval = self.ttl / 4.0

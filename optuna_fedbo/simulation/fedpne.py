@@ -184,6 +184,7 @@ def simulate_fedpne(
     verbosity = optuna.logging.get_verbosity()
     if quiet:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+    studies: list[optuna.Study] = []
     try:
         n_clients = len(objectives)
         federation = Federation.create(
@@ -249,7 +250,17 @@ def simulate_fedpne(
             elapsed=time.perf_counter() - start,
         )
     finally:
+        finish_participants(studies)
         optuna.logging.set_verbosity(verbosity)
+
+
+def finish_participants(studies: Sequence[optuna.Study]) -> None:
+    """Mark the simulation's participants finished: their leases stop beating (a heartbeat
+    thread never outlives the run, nor writes into a later federation of the same storage)."""
+    for study in studies:
+        finish = getattr(study.sampler, "finish", None)
+        if finish is not None:
+            finish()
 
 
 __all__ = ["FedPNESimulationResult", "simulate_fedpne"]

@@ -28,6 +28,7 @@ from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
 from optuna_fedbo.privacy._rng import check_insecure_noise_seed
 from optuna_fedbo.samplers._fed import FedSampler
+from optuna_fedbo.simulation.fedpne import finish_participants
 from optuna_fedbo.simulation.fedpne import simulate_fedpne
 
 _logger = optuna.logging.get_logger(__name__)
@@ -330,6 +331,7 @@ def _run(
             else:
                 reports.append(report)
     finally:
+        finish_participants(studies)
         if bar is not None:
             bar.close()
     result = SimulationResult(
