@@ -31,6 +31,7 @@ PROCESS_TESTS = frozenset(
         "test_dp_multiprocess.py",
         "test_federation_multiprocess.py",
         "test_fedpne_federation_multiprocess.py",
+        "test_fedpne_site_workers.py::test_two_worker_processes_of_a_site_and_another_site_over_sqlite",
         "test_lease_trust.py::test_a_forged_lease_does_not_lock_a_real_site_out",
         "test_lease_trust.py::test_a_forged_trial_duration_does_not_stall_rounds",
         "test_lease_trust.py::test_forged_finished_leases_do_not_end_serve",

@@ -24,11 +24,18 @@ from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fedpne.channel import FedPNEChannel
 from optuna_fedbo.federation.fedpne.channel import FedPNEStatus
 from optuna_fedbo.federation.fedpne.releases import ReleaseBook
+from optuna_fedbo.federation.site_counter import next_counter
 from optuna_fedbo.privacy._rng import refuse_insecure_noise_seed
 from optuna_fedbo.privacy._rng import research_rng
 from optuna_fedbo.samplers._fed import DEFAULT_LEASE_TTL
 from optuna_fedbo.samplers._fed import FedSampler
 from optuna_fedbo.samplers._fed import STALL_SECONDS
+from optuna_fedbo.samplers._pne_slots import CONFIG_ATTR
+from optuna_fedbo.samplers._pne_slots import NODE_ATTR
+from optuna_fedbo.samplers._pne_slots import PHASE_ATTR
+from optuna_fedbo.samplers._pne_slots import PhaseSlots
+from optuna_fedbo.samplers._pne_slots import REWARD_ATTR
+from optuna_fedbo.samplers._pne_slots import SLOT_ATTR
 from optuna_fedbo.samplers._waiting import Waits
 
 _logger = optuna.logging.get_logger(__name__)
@@ -38,11 +45,6 @@ _logger = optuna.logging.get_logger(__name__)
 #: waiting too long for a phase, with ``on_timeout="best"``), ``"enqueued"`` (parameters fixed by
 #: ``enqueue_trial``: not a pull).
 MODE_ATTR = "fedbo:mode"
-CONFIG_ATTR = "fedpne:config"
-PHASE_ATTR = "fedpne:phase"
-SLOT_ATTR = "fedpne:slot"
-NODE_ATTR = "fedpne:node"
-REWARD_ATTR = "fedpne:reward"
 CLIPPED_ATTR = "fedpne:clipped"
 
 ON_TIMEOUT = ("raise", "best")
@@ -70,11 +72,17 @@ class FedPNESampler(FedSampler):
     to one node before the horizon: every survivor has ``k`` children). Only the node means
     leave the study; the trials stay in it.
 
-    Pulls are counted from the study itself (trial attributes ``fedpne:phase``,
-    ``fedpne:slot``, ``fedpne:node``): a failed or pruned trial is not a pull and its node is
-    pulled again, and a participant restarted with the same study (same storage) resumes the
-    phase where it stopped; an upload already in the open round is never sent twice. Trials
-    whose federation parameters were fixed by ``enqueue_trial`` are not pulls.
+    The phase lives in the study, not in the worker (:mod:`~optuna_fedbo.samplers._pne_slots`):
+    pulls are counted from its trials (attributes ``fedpne:phase``, ``fedpne:slot``,
+    ``fedpne:node``, ``fedpne:reward``) and a running trial claims its slot (``fedpne:claim``),
+    so any number of workers (threads, processes, hosts) of one site pull the phase's schedule
+    between them, each slot once; any of them uploads the phase's means when its last pull is
+    done (an upload already in the open round is not sent again). Under DP-Fed-PNE the release
+    kept first in the key folder is the one every worker sends: the workers of a site on
+    several hosts share that folder, or a phase's rewards may be noised once per host. A
+    failed or pruned trial is not a pull and its node is pulled again, and a worker killed at
+    any moment and restarted with the same study resumes the phase where the site stands.
+    Trials whose federation parameters were fixed by ``enqueue_trial`` are not pulls.
 
     Search space: every parameter of the federation's search space that the objective suggests
     must use exactly the federation's distribution (a different one raises ``ValueError``: a
@@ -155,7 +163,13 @@ class FedPNESampler(FedSampler):
         self._points: dict[int, dict[str, Any]] = {}
         self._inflight: dict[int, tuple[int, int]] = {}
         self._uploaded: set[int] = set()
-        self._completed: dict[tuple[int, int], dict[int, float]] = {}
+        store = federation.store
+        self._slots = PhaseSlots(
+            self._tag,
+            self._config.reward,
+            lambda: next_counter(store, self.client_id),
+            min(poll_interval, 0.05),
+        )
         self._n_clipped = 0
         self._noise_rng: np.random.Generator | None = None  # None: OS entropy
         self._erasures = ErasureCheck()
@@ -257,20 +271,16 @@ class FedPNESampler(FedSampler):
         while True:
             view = self.channel.view()
             phase = view.phase
-            with self._lock:
-                done = self._done_slots(study, phase)
-                busy = {s for p, s in self._inflight.values() if p == phase.index}
-                free = [k for k in range(phase.budget) if k not in done and k not in busy]
-                if free:
-                    slot = free[0]
+            slot, n_done = self._slots.claim(study, trial, phase)
+            if slot is not None:
+                with self._lock:
                     self._inflight[trial._trial_id] = (phase.index, slot)
-            if free:
                 return self._pull(study, trial, phase, slot)
             if phase.final:
                 self._record(study, trial, {MODE_ATTR: "exploit"})
                 return self.channel.centre(view.best)
-            if len(done) == phase.budget:
-                self._ensure_uploaded(study, phase, done)
+            if n_done == phase.budget:
+                self._ensure_uploaded(study, phase, self._slots.done(study, phase))
             waited = time.monotonic() - wait.started
             if wait.over():
                 assert wait.reason is not None
@@ -310,37 +320,6 @@ class FedPNESampler(FedSampler):
             with self._lock:
                 self._inflight.pop(trial._trial_id, None)
             raise
-
-    def _done_slots(self, study: Study, phase: Phase) -> dict[int, float]:
-        """Reward of every completed pull of ``phase`` in the study, by slot (a copy).
-
-        Read from the study's trials the first time a phase is seen (e.g. after a restart),
-        then kept up to date by ``after_trial``.
-        """
-        key = (study._study_id, phase.index)
-        with self._lock:
-            known = self._completed.get(key)
-            if known is None:
-                known = self._read_done_slots(study, phase)
-                self._completed = {k: v for k, v in self._completed.items() if k[0] != key[0]}
-                self._completed[key] = known
-            return dict(known)
-
-    def _read_done_slots(self, study: Study, phase: Phase) -> dict[int, float]:
-        schedule = phase.schedule()
-        done: dict[int, float] = {}
-        trials = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,), use_cache=False)
-        for t in sorted(trials, key=lambda t: t.number):
-            attrs = t.system_attrs
-            if attrs.get(CONFIG_ATTR) != self._tag or attrs.get(PHASE_ATTR) != phase.index:
-                continue
-            slot = attrs.get(SLOT_ATTR)
-            if not isinstance(slot, int) or not 0 <= slot < phase.budget or slot in done:
-                continue
-            if attrs.get(NODE_ATTR) != schedule[slot].key or t.value is None:
-                continue
-            done[slot] = self._config.reward(t.value, study.direction)[0]
-        return done
 
     def _record(self, study: Study, trial: FrozenTrial, attrs: dict[str, Any]) -> None:
         mode = attrs[MODE_ATTR]
@@ -463,11 +442,9 @@ class FedPNESampler(FedSampler):
                 f"finished it; its pulls are not uploaded. Continuing with phase {phase.index}."
             )
             return
-        # after_trial runs before the trial is stored as complete: add it by hand.
-        with self._lock:
-            done = self._done_slots(study, phase)
-            done[slot] = reward
-            self._completed[(study._study_id, phase.index)] = dict(done)
+        # The reward attribute above makes this pull done for every worker (the trial is
+        # stored as complete only after after_trial).
+        done = self._slots.done(study, phase)
         if not phase.final and len(done) == phase.budget:
             self._ensure_uploaded(study, phase, done)
 
@@ -499,8 +476,8 @@ class FedPNESampler(FedSampler):
                     privacy=self._config.reward_privacy,
                     noise_rng=self._noise_rng,
                 )
-                if self._releases is not None:
-                    self._releases.keep(phase, means)
+                if self._releases is not None:  # another worker's, if it kept one first
+                    means = self._releases.keep(phase, means)
             sent = self.channel.upload(self.client_id, phase, means)
             self._uploaded.add(phase.index)
         if sent:

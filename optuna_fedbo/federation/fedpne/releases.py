@@ -105,12 +105,17 @@ class ReleaseBook:
             raise self._unusable(path, "it does not open with this participant's key") from None
         return self._checked(phase, json.loads(text), str(path))
 
-    def keep(self, phase: Phase, means: dict[str, float]) -> None:
-        """Keep the node means of ``phase`` before they are sent (never overwrites one)."""
+    def keep(self, phase: Phase, means: dict[str, float]) -> dict[str, float]:
+        """Keep the node means of ``phase`` before they are sent (never overwrites one).
+
+        Returns:
+            The release kept for ``phase``: ``means``, or the one another worker of the
+            participant kept first (sharing this key folder), which is then the one to send.
+        """
         if self._folder is None:
             with _memory_lock:
-                _MEMORY.setdefault((self._federation_id, self._client_id, phase.index), means)
-            return
+                key = (self._federation_id, self._client_id, phase.index)
+                return dict(_MEMORY.setdefault(key, means))
         assert self._cipher is not None
         nonce = os.urandom(12)
         sealed = self._cipher.encrypt(nonce, canonical_json(means).encode(), self._context(phase))
@@ -125,8 +130,13 @@ class ReleaseBook:
             os.fsync(handle.fileno())
         try:
             os.link(staged, path)  # atomic, and fails if a release of this phase is kept
+        except FileExistsError:
+            kept = self.recall(phase)
+            assert kept is not None
+            return kept
         finally:
             staged.unlink()
+        return means
 
     def _checked(self, phase: Phase, means: Any, where: str) -> dict[str, float]:
         nodes = {node.key for node in phase.nodes}
