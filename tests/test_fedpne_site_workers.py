@@ -305,3 +305,37 @@ def test_two_worker_processes_of_a_site_and_another_site_over_sqlite(tmp_path: P
     assert uploaded == pytest.approx(_expected_means(site, phase), abs=1e-12)
     report = FederationServer(fed).step()
     assert report is not None and fed.channel.view().phase.index == 2
+
+
+def test_two_workers_uploading_one_dp_phase_at_once_send_one_release(monkeypatch) -> None:
+    import optuna_fedbo.samplers._fed_pne as pne
+
+    fed = _federation(dp_epsilon=2.0, dp_delta=1e-5)
+    phase = fed.channel.initial_phase
+    one, two = _workers(fed, monkeypatch)
+    for _ in range(phase.budget):
+        trial = _ask(one)
+        one.tell(trial, _value(trial))
+    fed.storage.delete_study(fed.storage.get_study_id_from_name(fed.store.uploads_study_name(0)))
+    fed.store._forget(fed.store.uploads_study_name(0))
+    # Its upload erased and no release kept yet (as when two workers finish the phase at
+    # once): both noise the rewards; the second to keep its release sends the first one's.
+    from optuna_fedbo.federation.fedpne import releases
+
+    releases._MEMORY.clear()
+    noise = pne.local_node_means
+    done = one.sampler._slots.done(one, phase)
+
+    calls = []
+
+    def two_at_once(*args, **kwargs):
+        calls.append(1)
+        monkeypatch.setattr(pne, "local_node_means", noise)
+        two.sampler._ensure_uploaded(two, phase, done)  # the other worker, in between
+        return noise(*args, **kwargs)
+
+    monkeypatch.setattr(pne, "local_node_means", two_at_once)
+    one.sampler._ensure_uploaded(one, phase, done)
+    kept = releases.ReleaseBook(fed, "c0").recall(phase)
+    assert calls == [1] and kept is not None
+    assert json.loads(fed.read_upload(0, "c0"))["means"] == kept
