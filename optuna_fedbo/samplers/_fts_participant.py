@@ -48,6 +48,7 @@ from optuna_fedbo.samplers._observations import TrialObservations
 from optuna_fedbo.samplers._rff_thompson import RFFThompsonSampler
 from optuna_fedbo.samplers._site_checks import conflict_message
 from optuna_fedbo.samplers._site_state import set_point
+from optuna_fedbo.samplers._waiting import sync_round
 from optuna_fedbo.samplers._waiting import Waits
 
 _logger = optuna.logging.get_logger(__name__)
@@ -98,7 +99,8 @@ class FTSParticipant(FedSampler):
 
     The participant's trials stay in its own study; only the upload leaves it. Asynchronous by
     default (each trial uses the newest broadcast it can read); ``synchronous=True`` waits, before
-    each BO iteration, for the broadcast of the round its last upload went to.
+    each BO iteration, for the broadcast of the open round when it holds the site's upload
+    (any worker's, a restarted one's too: :func:`~optuna_fedbo.samplers._waiting.sync_round`).
 
     Under differential privacy with an epsilon budget, once the server has stopped for the
     budget (:attr:`budget_exhausted`) the participant neither waits nor uploads any more, and
@@ -474,7 +476,7 @@ class FTSParticipant(FedSampler):
     def before_trial(self, study: Study, trial: FrozenTrial) -> None:
         self._start_trial(study, trial)
         super().before_trial(study, trial)
-        if not self._synchronous or self._uploads.last_round is None:
+        if not self._synchronous:
             return
         try:
             with self._lock:
@@ -482,7 +484,9 @@ class FTSParticipant(FedSampler):
                 initializing = self._observations.count < self._fts.n_init
             if initializing or self.federation_finished or self.budget_exhausted:
                 return
-            self._wait_for_round(self._uploads.last_round)
+            target = sync_round(self.federation, self.client_id, self._uploads.last_round)
+            if target is not None:
+                self._wait_for_round(target)
         except Exception:
             _logger.warning(f"{self.client_id}: waiting for the broadcast failed.", exc_info=True)
 

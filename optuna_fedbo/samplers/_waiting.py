@@ -190,4 +190,20 @@ class Wait:
             _logger.debug(message)
 
 
-__all__ = ["Wait", "Waits", "check_wait_limit", "optimize_deadline"]
+def sync_round(federation: Any, client_id: str, last_round: int | None) -> int | None:
+    """The round whose broadcast a synchronous FTS trial waits for, or ``None`` (no wait).
+
+    The open round, when it holds the site's own signed upload (sent by any of its workers,
+    before a restart too: read from the federation, not remembered) or this worker's
+    ``last_round`` is that round (an upload that took another path, e.g. secure aggregation);
+    otherwise the site's last upload went to a round already published, whose broadcast is
+    the one to use at once (waiting for it again, or not waiting for the round just uploaded
+    to, would be remembering the wrong thing).
+    """
+    round_index = int(federation.open_round())
+    if last_round == round_index or federation.has_sent(client_id, round_index):
+        return round_index
+    return None
+
+
+__all__ = ["Wait", "Waits", "check_wait_limit", "optimize_deadline", "sync_round"]
