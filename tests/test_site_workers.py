@@ -171,8 +171,8 @@ def test_a_worker_killed_mid_trial_is_taken_over_at_once_by_its_restart(tmp_path
         assert time.monotonic() < deadline and doomed.poll() is None, "the worker did not start"
         try:
             study = optuna.load_study(study_name=study_name, storage=studies)
-            # ... and has tagged it with its worker (a trial killed before that is not known as
-            # that worker's: it is left running, as Optuna leaves a trial without heartbeats).
+            # ... and has tagged it with its worker (a trial killed before that is failed only
+            # after ORPHAN_AGE: tests/test_site_orphans.py).
             running = [t for t in study.trials if t.state == TrialState.RUNNING]
             if any(WORKER_ATTR in t.system_attrs for t in running):
                 break

@@ -5,9 +5,13 @@ A site is a participant's ``client_id`` and one Optuna study, run by any number 
 from the study's trials (and their system attributes) and the federation:
 
 * **Whose trial.** Each trial carries the lease epoch of the worker that runs it
-  (:data:`WORKER_ATTR`). A running trial of a worker whose lease is lost or finished (its process
-  died: taken over at once on the same host, after the lease's ``ttl`` elsewhere) is failed, as
-  Optuna's heartbeat fails stale trials, so it neither waits for ever nor misleads the model.
+  (:data:`WORKER_ATTR`, written first thing in ``before_trial``). A running trial of a worker
+  whose lease is lost or finished (its process died: taken over at once on the same host, after
+  the lease's ``ttl`` elsewhere) is failed, as Optuna's heartbeat fails stale trials, so it
+  neither waits for ever nor misleads the model. A worker killed between Optuna's creating a
+  trial and its tag leaves a running trial of no worker: it is failed once it has run for
+  :data:`ORPHAN_AGE` seconds while a worker of the site is lost (a live worker's trial is
+  untagged for milliseconds only).
 * **Which point.** The point a trial was given (encoded, :data:`POINT_ATTR`) is stored when it is
   chosen, so other workers treat the running trials as GPSampler does: the acquisition is
   maximized given them (:mod:`optuna_fedbo.core.believer`), and parallel workers do not suggest
@@ -23,6 +27,7 @@ from the study's trials (and their system attributes) and the federation:
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import threading
 import time
@@ -58,6 +63,10 @@ _SITE_PURPOSE = "site"
 _SITE_PREFIX = "s:"
 #: Seconds between a worker's checks of the other workers (stale trials, the site binding).
 CHECK_INTERVAL = 2.0
+#: Seconds after which a running trial without a worker tag, while a worker of the site is
+#: lost, is taken for one its worker was killed before tagging (workers tag a trial first thing
+#: in ``before_trial``, milliseconds after Optuna creates it) and failed.
+ORPHAN_AGE = 60.0
 
 
 class SiteMismatchError(ValueError):
@@ -85,17 +94,17 @@ class SiteState:
             SiteMismatchError: If the study is not this site's (the trial is marked failed).
         """
         sampler = self._sampler
-        try:
-            self._bind(study)
-        except SiteMismatchError:
-            _fail(study, trial._trial_id)
-            raise
-        try:
+        try:  # first: a trial is untagged only from its creation to this write
             study._storage.set_trial_system_attr(
                 trial._trial_id, WORKER_ATTR, sampler._lease.epoch
             )
         except Exception:
             _logger.debug("Could not tag the trial with its worker.", exc_info=True)
+        try:
+            self._bind(study)
+        except SiteMismatchError:
+            _fail(study, trial._trial_id)
+            raise
         now = time.monotonic()
         with self._lock:
             due = now - self._last_check >= CHECK_INTERVAL
@@ -120,8 +129,18 @@ class SiteState:
             _logger.debug("Could not read the site's workers.", exc_info=True)
             return
         now, own = time.time(), self._sampler._lease.epoch
+        lost = any(record.status(now) == "lost" for record in workers.values())
+        oldest = datetime.datetime.now() - datetime.timedelta(seconds=ORPHAN_AGE)
         for stale in study._get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             epoch = stale.system_attrs.get(WORKER_ATTR)
+            if epoch is None and lost and _started_before(stale, oldest):
+                if _fail(study, stale._trial_id):
+                    _logger.warning(
+                        f"{self._sampler.client_id}: trial {stale.number} failed (running for "
+                        f"over {ORPHAN_AGE:.0f} s without a worker: its worker was killed "
+                        "before it could tag it)."
+                    )
+                continue
             record = workers.get(epoch) if isinstance(epoch, int) else None
             if epoch == own or record is None or record.status(now) == "active":
                 continue
@@ -230,6 +249,11 @@ def _second_study(study: Study, bound: dict[str, Any], sampler: FedSampler) -> s
         f"of a site shares one study: load that one (optuna.load_study(study_name="
         f"{bound.get('name')!r}, storage=...)), or use another client_id."
     )
+
+
+def _started_before(trial: FrozenTrial, moment: datetime.datetime) -> bool:
+    started = trial.datetime_start
+    return started is not None and started.replace(tzinfo=None) < moment
 
 
 def _fail(study: Study, trial_id: int) -> bool:
