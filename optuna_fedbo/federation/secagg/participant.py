@@ -207,8 +207,14 @@ class SecAggParticipant:
         self._relay.write(round_index, message_key(attempt, step, self.client_id), sealed)
 
 
+#: Seconds of polls that all fail after which the background thread stops (with a warning); the
+#: next upload starts it again (:meth:`Driver.kick`), a wait for a broadcast polls as well.
+FAILURE_PATIENCE = 60.0
+
+
 class Driver:
-    """Polls a process's participants in a daemon thread while any of them is busy.
+    """Polls a process's participants in a daemon thread while any of them is busy (and its
+    polls do not all fail for :data:`FAILURE_PATIENCE` seconds).
 
     Args:
         interval: Seconds between polls.
@@ -251,12 +257,24 @@ class Driver:
             self._thread.start()
 
     def _run(self) -> None:
+        failing_since: float | None = None
         while True:
             try:
                 busy = self.poll()
-            except Exception:
-                _logger.debug("Secure aggregation poll failed; retrying.", exc_info=True)
-                busy = True
+                failing_since = None
+            except Exception as error:
+                now = time.monotonic()
+                failing_since = now if failing_since is None else failing_since
+                busy = now - failing_since < FAILURE_PATIENCE
+                if busy:
+                    _logger.debug("Secure aggregation poll failed; retrying.", exc_info=True)
+                else:
+                    _logger.warning(
+                        f"Secure aggregation: every poll of the storage failed for "
+                        f"{FAILURE_PATIENCE:.0f} s (last: {type(error).__name__}: {error}); the "
+                        "background polling stops until the next upload or wait for a broadcast "
+                        "(check that the storage is reachable)."
+                    )
             if not busy:
                 with self._lock:
                     self._thread = None
