@@ -121,16 +121,17 @@ class PhaseSlots:
             ``(slot, n_done)``: the slot won (``None`` if every slot is done or taken; the
             trial's claim is then withdrawn) and the number of done pulls last read.
         """
-        own = trial._trial_id
+        own, claimed = trial._trial_id, False
         while True:
             trials = _read(study)
             done = self._done(study, trials, phase)
             rivals = self._rivals(trials, phase, own)
             free = [k for k in range(phase.budget) if k not in done and k not in rivals]
             if not free:
-                self._write(study, own, None)
+                if claimed:  # withdrawn: a rival's claim won
+                    self._write(study, own, None)
                 return None, len(done)
-            slot = free[0]
+            slot, claimed = free[0], True
             claim = {"config": self._tag, "phase": phase.index, "slot": slot, "ticket": None}
             self._write(study, own, claim)
             ticket = self._ticket()
