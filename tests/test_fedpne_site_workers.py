@@ -339,3 +339,34 @@ def test_two_workers_uploading_one_dp_phase_at_once_send_one_release(monkeypatch
     kept = releases.ReleaseBook(fed, "c0").recall(phase)
     assert calls == [1] and kept is not None
     assert json.loads(fed.read_upload(0, "c0"))["means"] == kept
+
+
+def test_a_worker_waiting_for_the_last_pull_fails_a_dead_workers_and_pulls_it(
+    monkeypatch,
+) -> None:
+    import optuna_fedbo.samplers._fed_pne as pne
+
+    monkeypatch.setattr("optuna_fedbo.samplers._site_state.CHECK_INTERVAL", 0.0)
+    fed = _federation()
+    phase = fed.channel.initial_phase
+    alive, doomed = _workers(fed, monkeypatch)
+    alive.sampler._waits._limit = ("phase_timeout", 30.0)  # waits instead of raising at once
+    for _ in range(phase.budget - 1):
+        trial = _ask(alive)
+        alive.tell(trial, _value(trial))
+    held = _ask(doomed)  # the last pull, held by a worker that dies while the other waits
+    sleeps = []
+
+    def dies(seconds: float) -> None:
+        if not sleeps:
+            doomed.sampler._abandon()
+        sleeps.append(seconds)
+
+    monkeypatch.setattr(pne.time, "sleep", dies)
+    last = _ask(alive)
+    alive.tell(last, _value(last))
+    assert sleeps and len(sleeps) < 5  # it waited, then took the pull over
+    assert alive.trials[held.number].state == TrialState.FAIL
+    assert alive.trials[-1].system_attrs["fedpne:slot"] == phase.budget - 1
+    uploaded = json.loads(fed.read_upload(0, "c0"))["means"]
+    assert uploaded == pytest.approx(_expected_means(alive, phase), abs=1e-12)

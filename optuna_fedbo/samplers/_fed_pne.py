@@ -299,6 +299,7 @@ class FedPNESampler(FedSampler):
                     f"{self.client_id}: pulls of phase {phase.index} done; waiting for phase "
                     f"{phase.index + 1} of {self.federation.name!r}."
                 )
+            self._workers.check(study, trial)  # a dead worker's pull is failed, then pulled
             time.sleep(self._poll_interval)
 
     def _pull(self, study: Study, trial: FrozenTrial, phase: Phase, slot: int) -> dict[str, Any]:

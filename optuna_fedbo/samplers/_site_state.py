@@ -105,6 +105,12 @@ class SiteState:
         except SiteMismatchError:
             _fail(study, trial._trial_id)
             raise
+        self.check(study, trial)
+
+    def check(self, study: Study, trial: FrozenTrial) -> None:
+        """Fail the running trials of departed workers and check the binding again, at most
+        every :data:`CHECK_INTERVAL` seconds (also while a trial waits: a dead worker's
+        trial may hold what it waits for)."""
         now = time.monotonic()
         with self._lock:
             due = now - self._last_check >= CHECK_INTERVAL
