@@ -347,6 +347,12 @@ def test_auto_round_timeout_follows_the_slowest_running_participant(monkeypatch)
         leases[client] = fed.lease(client, public=lambda s=seconds: {"trial_seconds": s})
     server._checked.clear()
     assert server.current_round_timeout() == pytest.approx(3 * 4.0)
+    # An enrolled participant that reports a huge duration counts as 10x the median at most.
+    fed.join("c")
+    leases["c"] = fed.lease("c", public=lambda: {"trial_seconds": 1e6})
+    server._checked.clear()
+    assert server.current_round_timeout() == pytest.approx(3 * 10 * 4.0)
+    leases.pop("c").release()
     leases["b"].release(finished=False)  # lost
     server._checked.clear()
     assert server.current_round_timeout() == server_module.AUTO_TIMEOUT_FLOOR

@@ -26,6 +26,7 @@ from dataclasses import KW_ONLY
 import math
 import os
 import socket
+import statistics
 import threading
 import time
 from typing import Any
@@ -61,8 +62,11 @@ _logger = optuna.logging.get_logger(__name__)
 #: ``round_timeout="auto"``: a round closes ``AUTO_TIMEOUT_FACTOR`` times the slowest running
 #: participant's typical trial duration after its first upload (per trial of the round) ...
 AUTO_TIMEOUT_FACTOR = 3.0
-#: ... but never sooner than this many seconds.
+#: ... but never sooner than this many seconds ...
 AUTO_TIMEOUT_FLOOR = 2.0
+#: ... and with the slowest duration taken as at most this many times the median one (one
+#: enrolled participant that reports a huge duration cannot stall every round).
+AUTO_TIMEOUT_STRAGGLER_CAP = 10.0
 
 
 def auto_min_uploads(n_clients: int) -> int:
@@ -232,8 +236,9 @@ class FederationServer:
 
         With ``round_timeout="auto"``: ``max(AUTO_TIMEOUT_FLOOR, AUTO_TIMEOUT_FACTOR * T * w)``
         where ``T`` is the longest typical trial duration reported by the running participants
-        (in their leases) and ``w`` the trials a participant runs per round; ``None`` (wait)
-        until some participant has reported one.
+        (in their leases), capped at ``AUTO_TIMEOUT_STRAGGLER_CAP`` times their median, and
+        ``w`` the trials a participant runs per round; ``None`` (wait) until some participant
+        has reported one.
         """
         if self._round_timeout != "auto":
             return self._round_timeout  # type: ignore[return-value]
@@ -244,7 +249,9 @@ class FederationServer:
                 for s in self._leases.states().values()
                 if s.status == "active" and s.trial_seconds is not None
             ]
-            return max(times) if times else None
+            if not times:
+                return None
+            return min(max(times), AUTO_TIMEOUT_STRAGGLER_CAP * statistics.median(times))
 
         seconds = self._every("trial_seconds", 2.0, longest)
         if seconds is None:
