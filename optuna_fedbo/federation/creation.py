@@ -33,6 +33,7 @@ from optuna_fedbo.federation.preset import unpack
 from optuna_fedbo.federation.protocol import DEFAULT_PROTOCOL
 from optuna_fedbo.federation.protocol import get_protocol
 from optuna_fedbo.federation.secagg.config import stored_secure_aggregation
+from optuna_fedbo.federation.secagg.distributed_dp import distributed_privacy
 from optuna_fedbo.federation.storages import resolve_storage
 from optuna_fedbo.federation.store import FederationStore
 from optuna_fedbo.federation.trust import Trust
@@ -138,7 +139,12 @@ class FederationCreation:
         resolved = protocol.resolve(SearchSpaceEncoder(config.search_space), privacy)
         resolved.check_creation(n_clients, privacy)
         secure = stored_secure_aggregation(secure_aggregation, resolved, privacy, n_clients)
-        config = replace(config, protocol=resolved, secure_aggregation=secure)
+        stored_privacy = config.privacy
+        if secure is not None and stored_privacy is not None:  # noise added by participants
+            stored_privacy = distributed_privacy(stored_privacy, resolved, secure, n_clients)
+        config = replace(
+            config, protocol=resolved, privacy=stored_privacy, secure_aggregation=secure
+        )
         store = FederationStore(resolve_storage(storage), name)
         try:
             store.main_attrs()

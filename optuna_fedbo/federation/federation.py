@@ -33,6 +33,7 @@ from optuna_fedbo.federation.protocol import get_protocol
 from optuna_fedbo.federation.records import check_client_id
 from optuna_fedbo.federation.relay import Relay
 from optuna_fedbo.federation.secagg.config import SecureAggregation
+from optuna_fedbo.federation.secagg.distributed_dp import privacy_from_dict
 from optuna_fedbo.federation.secagg.status import secagg_status
 from optuna_fedbo.federation.site_counter import UploadSender
 from optuna_fedbo.federation.status import FederationStatus
@@ -84,7 +85,7 @@ class Federation(FederationCreation, Membership, Relay):
         self._lock = threading.Lock()
         self._channel: Any = None
         self._indices: dict[str, int] = {}
-        self._privacy = None if config.privacy is None else DPConfig.from_dict(config.privacy)
+        self._privacy = None if config.privacy is None else privacy_from_dict(config.privacy)
         self._ledger: PrivacyLedger | None = None
         self._exhausted: dict[str, Any] | None = None
 

@@ -77,6 +77,11 @@ class DistributedSkellam:
                 raise ValueError(f"{name} must be a positive number, got {value!r}.")
 
     @property
+    def sample_rate(self) -> float:
+        """``1``: no subsampling (the server would know whom it sampled: no amplification)."""
+        return 1.0
+
+    @property
     def l2_sensitivity(self) -> float:
         """``D2 = clip_norm / step + sqrt(d) / 2`` (integer units)."""
         return self.clip_norm / self.step + math.sqrt(self.dimension) / 2.0

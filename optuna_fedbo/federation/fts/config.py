@@ -239,13 +239,18 @@ class FTSConfig(ProtocolConfig):
             )
 
     def check_secure_aggregation(self, privacy: Any) -> int:
+        if privacy is not None and self.aggregation == "weighted":
+            # DP-FTS / DP-FTS-DE: every participant's omega weighed for the P sub-regions, with
+            # its share of distributed noise (federation.secagg.distributed_dp).
+            return self.n_subregions * self.upload_length
         if privacy is not None or self.aggregation != "pooled":
             raise ValueError(
                 "Secure aggregation sums the pooled statistics of the default protocol "
-                "(aggregation='pooled', no DPConfig); this federation uses "
-                f"aggregation={self.aggregation!r}"
-                + (" with a DPConfig" if privacy is not None else "")
-                + ": drop the DPConfig and the aggregation setting, or secure_aggregation."
+                "(aggregation='pooled', no DPConfig) or, with a DPConfig, the vectors of DP-FTS "
+                f"/ DP-FTS-DE (aggregation='weighted'); this federation uses aggregation="
+                f"{self.aggregation!r}"
+                + (" with a DPConfig" if privacy is not None else " without one")
+                + ": leave aggregation=None, or drop secure_aggregation."
             )
         return self.upload_length
 

@@ -44,7 +44,10 @@ from optuna_fedbo.core.pooling import unpack_blocks
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.federation.fts.influence import bounded
 from optuna_fedbo.federation.fts.messages import encode_broadcast
+from optuna_fedbo.federation.fts.secure_dp import private_input
+from optuna_fedbo.federation.fts.secure_dp import publish_private
 from optuna_fedbo.federation.fts.staged import Staged
+from optuna_fedbo.federation.ledger import LedgerEntry
 from optuna_fedbo.federation.secagg.config import VALUE_SPREADS
 from optuna_fedbo.federation.secagg.participant import Driver
 from optuna_fedbo.federation.secagg.server import SecAggCoordinator
@@ -165,6 +168,13 @@ def secure_upload(channel: Any, client_id: str, omega: np.ndarray, n_observation
     if round_index > 0 or n_observations >= channel.config.n_init:
         driver = driver_of(channel)
         participant = driver.participant(federation, client_id)
+        if federation.privacy is not None:  # DP-FTS(-DE): clipped, weighed and noised here
+            participant.offer(
+                private_input(federation, client_id, omega, round_index), encoded=True
+            )
+            participant.poll()
+            driver.kick()
+            return round_index
         n_features = channel.config.n_features
         # The first statistics offered (in round 0: the initial design's) fix the reference,
         # as FTSConfig(normalization="shared") does for the participant's own model.
@@ -222,6 +232,9 @@ class SecureRounds:
         unmasked (a report with ``published=False`` when an attempt fails)."""
         server = self.server
         round_index = server.open_round
+        if server._ledger is not None and server._ledger.would_exceed():
+            # Before the protocol: the server must not unmask a sum it could not account.
+            return server._stop_for_budget(round_index, [], ())
         outcome = self.coordinator.step(round_index, force=force)
         if outcome is None:
             return None
@@ -235,6 +248,8 @@ class SecureRounds:
                 time.time(),
                 published=False,
             )
+        if server._ledger is not None:
+            return publish_private(self, outcome)
         fts = server._fts
         survivors = outcome.result.survivors
         dimension = fts.upload_length
@@ -266,7 +281,16 @@ class SecureRounds:
             config_hash=server.federation.config_hash,
             feature_block=block,
         )
-        signed = server._sign(round_index, payload)
+        return self.stage_and_publish(outcome, payload)
+
+    def stage_and_publish(
+        self, outcome: Any, payload: str, entry: LedgerEntry | None = None
+    ) -> RoundReport:
+        """Sign, stage and publish a round's payload (accounted in ``entry``, under DP)."""
+        server = self.server
+        round_index = outcome.round
+        survivors = outcome.result.survivors
+        signed = server._sign(round_index, payload, None if entry is None else entry.n_accounted)
         server._ensure_current()
         trial_id = server._store.stage_broadcast(round_index, signed)
         server._staged = Staged(
@@ -277,6 +301,7 @@ class SecureRounds:
             outcome.rejected,
             outcome.reason,
             payload,
+            entry=entry,
         )
         report = server._publish()
         if server._discard:

@@ -33,6 +33,7 @@ from optuna_fedbo.core.secagg.messages import ShareBundle
 from optuna_fedbo.core.secagg.messages import SurvivorList
 from optuna_fedbo.core.secagg.messages import UnmaskRequest
 from optuna_fedbo.core.secagg.ring import encode
+from optuna_fedbo.core.secagg.ring import to_ring
 from optuna_fedbo.core.secagg.setup import RoundSetup
 from optuna_fedbo.federation._openings import opening_for
 from optuna_fedbo.federation.secagg.relay import checked_setup
@@ -72,6 +73,7 @@ class SecAggParticipant:
         self._relay = Relay(federation.store)
         self._lock = threading.RLock()
         self._input: np.ndarray | None = None
+        self._encoded = False
         self._fresh = False
         self._attempt: tuple[int, int] | None = None  # (round, attempt) it takes part in
         self._client: SecAggClient | None = None
@@ -80,10 +82,17 @@ class SecAggParticipant:
         #: ``(round, attempt)`` of each masked input this participant sent (newest last).
         self.masked_rounds: list[tuple[int, int]] = []
 
-    def offer(self, vector: np.ndarray) -> None:
-        """Make ``vector`` (the protocol's input, not yet encoded) the one to mask next."""
+    def offer(self, vector: np.ndarray, *, encoded: bool = False) -> None:
+        """Make ``vector`` the input to mask next.
+
+        Args:
+            vector: The protocol's input, or with ``encoded`` its ring elements already (with
+                distributed DP: clipped, rounded and noised by the participant, never clipped
+                again, which would cut its noise).
+        """
         with self._lock:
-            self._input = np.array(vector, dtype=float)
+            self._input = np.array(vector, dtype=np.uint64 if encoded else float)
+            self._encoded = encoded
             self._fresh = True
 
     @property
@@ -158,7 +167,11 @@ class SecAggParticipant:
             request = message_type.from_dict(body.get("message"))
             if step == "masked":
                 assert self._input is not None
-                encoded = encode(self._input, client.setup.ring)
+                encoded = (
+                    to_ring(self._input.view(np.int64), client.setup.ring)
+                    if self._encoded
+                    else encode(self._input, client.setup.ring)
+                )
                 self._send(round_index, attempt, step, client.mask_input(request, encoded))
                 self._fresh = False
                 self.masked_rounds.append((round_index, attempt))

@@ -200,12 +200,17 @@ def round_setup(
     """
     config = federation.secure_aggregation
     dimension = federation.protocol.check_secure_aggregation(federation.privacy)
+    privacy = federation.privacy
+    if privacy is None:
+        ring = config.ring(federation.n_clients, dimension)
+    else:  # distributed DP: the ring of the clipped inputs plus the summed noise
+        ring = privacy.mechanism().ring()
     return RoundSetup(
         federation_id=f"{federation.federation_id}:{federation.config_hash[:16]}:{attempt}",
         round_index=round_index,
         participants=participants,
         threshold=config.threshold,
-        ring=config.ring(federation.n_clients, dimension),
+        ring=ring,
         degree=config.degree,
     )
 
