@@ -11,8 +11,11 @@ chosen on the first half of the runs and evaluated on the second half.
 Audited: the DP-FTS-DE server's subsampled Gaussian aggregation
 (:func:`optuna_fedbo.privacy._gaussian.aggregate`, one round) at the paper's ``z = 1, q = 0.35``
 and at ``z = 0.5, q = 1``, both against the PLD accountant's epsilon; the LDP-BO Laplace
-mechanism (CTL) at epsilon 1. A broken mechanism (noise / 10, claimed with the honest epsilon) is
-included as a control: the audit must flag it.
+mechanism (CTL) at epsilon 1; the distributed Skellam mechanism of secure aggregation
+(:class:`optuna_fedbo.core.secagg.distributed_dp.DistributedSkellam`: each of the ``t``
+survivors adds its share, the audited participant's vector at the bound or zeroed out, the sum
+taken in the ring and decoded) against its Skellam RDP epsilon. A broken mechanism (noise / 10,
+claimed with the honest epsilon) is included as a control: the audit must flag it.
 
 Usage::
 
@@ -28,6 +31,9 @@ import time
 
 import numpy as np
 
+from optuna_fedbo.core.secagg.distributed_dp import DistributedSkellam
+from optuna_fedbo.core.secagg.ring import decode
+from optuna_fedbo.core.secagg.ring import ring_add
 from optuna_fedbo.federation import DPConfig
 from optuna_fedbo.privacy._gaussian import aggregate
 from optuna_fedbo.privacy._gaussian import SubsampledGaussianMechanism
@@ -102,6 +108,34 @@ def audit_gaussian(
     return epsilon_lower_bound(present, absent), claimed
 
 
+def audit_skellam(z: float, runs: int, seed: int) -> tuple[float, float]:
+    """``(eps_lb, claimed)`` of one round of distributed Skellam noise (``S = 22``, ``N = 5``,
+    ``t = 3`` survivors: the least noise a released sum carries), zero-out neighbours."""
+    rng = np.random.default_rng(seed)
+    mechanism = DistributedSkellam(
+        n_participants=5,
+        threshold=3,
+        clip_norm=22.0,
+        step=2.0**-20,
+        dimension=2,
+        noise_multiplier=z,
+    )
+    ring = mechanism.ring()
+
+    def outputs(present: bool) -> np.ndarray:
+        audited = np.array([22.0 if present else 0.0, 0.0])
+        values = np.empty(runs)
+        for run in range(runs):
+            total = mechanism.participant_input(audited, ring, rng)
+            for _ in range(mechanism.threshold - 1):  # the other survivors send zeros
+                total = ring_add(total, mechanism.participant_input(np.zeros(2), ring, rng), ring)
+            values[run] = decode(total, ring)[0]
+        return values
+
+    present, absent = outputs(True), outputs(False)
+    return epsilon_lower_bound(present, absent), mechanism.epsilon(rounds=1, delta=DELTA)
+
+
 def audit_laplace(epsilon: float, runs: int, seed: int) -> tuple[float, float]:
     """``(eps_lb, epsilon)`` of the Laplace mechanism (values at the two ends of the range)."""
     rng = np.random.default_rng(seed)
@@ -125,6 +159,8 @@ def main() -> None:
         ),
         ("subsampled Gaussian z=0.5 q=1 S=22", lambda: audit_gaussian(0.5, 1.0, runs, args.seed)),
         ("Laplace CTL epsilon=1", lambda: audit_laplace(1.0, runs, args.seed)),
+        ("distributed Skellam z=1 t=3 of N=5", lambda: audit_skellam(1.0, runs, args.seed)),
+        ("distributed Skellam z=0.5 t=3 of N=5", lambda: audit_skellam(0.5, runs, args.seed)),
         (
             "CONTROL: z=1 q=0.35 with noise/10",
             lambda: audit_gaussian(1.0, 0.35, runs, args.seed, broken=True),
