@@ -8,6 +8,7 @@ a seeded generator explicitly (``private_input(..., rng=...)``).
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -21,8 +22,10 @@ from optuna_fedbo.core.secagg import distributed_dp as core_dp
 from optuna_fedbo.core.secagg.ring import decode
 from optuna_fedbo.core.secagg.ring import ring_add
 from optuna_fedbo.federation import Federation
+from optuna_fedbo.federation import FederationNotFoundError
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
+from optuna_fedbo.federation.cli import main as cli_main
 from optuna_fedbo.federation.fts import secure_dp
 from optuna_fedbo.federation.fts.secure import driver_of
 from optuna_fedbo.federation.secagg.distributed_dp import DistributedDPConfig
@@ -297,3 +300,22 @@ def test_the_distributed_configuration_is_stored_and_loads_alike(tmp_path) -> No
     fields = {k: v for k, v in fed.privacy.to_dict().items() if k != "kind"}
     with pytest.raises(ValueError, match="sample_rate 1.0"):
         DistributedDPConfig(**{**fields, "sample_rate": 0.5})
+
+
+def test_the_cli_creates_dp_under_secure_aggregation_or_refuses_it_in_one_line(
+    tmp_path, capsys
+) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    space = json.dumps({"x": json.loads(optuna.distributions.distribution_to_json(SPACE["x"]))})
+    common = ["--storage", url, "--search-space", space, "--n-clients", "5"]
+    good = '{"noise_multiplier": 3, "sample_rate": 1, "clip_norm": 22, "accountant": "rdp"}'
+    args = ["create", *common, "--privacy", good, "--secure-aggregation"]
+    assert cli_main([*args[:1], "--name", "a", *args[1:]]) == 0
+    assert Federation.load("a", url).privacy.kind == "distributed_skellam"
+    bad = '{"noise_multiplier": 1, "sample_rate": 0.25, "clip_norm": 22, "accountant": "rdp"}'
+    args = ["create", "--name", "b", *common, "--privacy", bad, "--secure-aggregation"]
+    assert cli_main(args) == 2
+    error = capsys.readouterr().err.strip()
+    assert "use sample_rate=1.0" in error and len(error.splitlines()) == 1
+    with pytest.raises(FederationNotFoundError):  # nothing written
+        Federation.load("b", url)
