@@ -46,7 +46,9 @@ def round_weights(federation: Any, round_index: int) -> np.ndarray:
     )
 
 
-def weighted_input(omega: np.ndarray, weights: np.ndarray, index: int, clip_norm: float):
+def weighted_input(
+    omega: np.ndarray, weights: np.ndarray, index: int, clip_norm: float
+) -> np.ndarray:
     """A participant's ``P M`` input before noise: ``phi_n^(i) clip(omega) / phi_max`` for
     every sub-region ``i`` (norm at most ``clip_norm``).
 
@@ -81,7 +83,9 @@ def private_input(
     return mechanism.participant_input(joint, mechanism.ring(), rng)
 
 
-def release(federation: Any, values: np.ndarray, survivors: tuple[str, ...], round_index: int):
+def release(
+    federation: Any, values: np.ndarray, survivors: tuple[str, ...], round_index: int
+) -> tuple[np.ndarray, float, float]:
     """The sub-region vectors published from the unmasked sum, and their noise standard
     deviation (the largest over sub-regions, at least).
 
