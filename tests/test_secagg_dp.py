@@ -225,9 +225,13 @@ def test_privacy_is_spent_before_the_sum_is_published(monkeypatch) -> None:
     assert fed.privacy_spent()[0] == spent and len(fed.privacy_ledger().entries()) == 1
 
 
-def test_a_round_with_fewer_than_t_survivors_publishes_nothing_and_spends_nothing() -> None:
+def test_a_round_with_fewer_than_t_survivors_publishes_nothing_and_spends_nothing(
+    monkeypatch,
+) -> None:
     fed = _federation()
     server = FederationServer(fed)
+    draws = []
+    monkeypatch.setattr(core_dp, "secure_rng", lambda: draws.append(1) or np.random.default_rng())
     report = _run(fed, server, _omegas(4), drop_after={"c2": 2, "c3": 2})
     assert report is not None and not report.published and report.reason == "secagg-failed"
     assert fed.latest_broadcast() is None
@@ -236,6 +240,7 @@ def test_a_round_with_fewer_than_t_survivors_publishes_nothing_and_spends_nothin
     report = _run(fed, server, {})
     assert report is not None and report.published and report.round == 0
     assert len(fed.privacy_ledger().entries()) == 1
+    assert len(draws) == 4  # the second attempt masks the inputs noised once, no fresh noise
 
 
 def test_the_budget_stops_the_server_before_a_sum_is_unmasked() -> None:
