@@ -21,9 +21,11 @@ the ledger the same epsilon.
   ``S`` before weighting, as add/remove-one has; replace-one costs at most twice epsilon).
 * **No amplification by subsampling.** DP-FTS-DE's Poisson subsampling amplifies privacy only
   against whoever does not know who was sampled; the server would draw (or see) the sample, so
-  the accounting uses ``q = 1`` and ``sample_rate`` must be 1 (participant-side self-sampling
-  would hide the choice from the server only if a participant that sits out still sent a masked
-  zero, indistinguishable from an input; that costs as much as taking part and is not done).
+  the accounting uses ``q = 1`` and ``sample_rate`` must be 1. Participant-side self-sampling
+  (each participant flips its own coin and, when not selected, still sends a masked zero with
+  its noise share, so that the server cannot tell) would hide the sample from the server, but
+  ``dp_accounting`` bounds subsampled Renyi DP for the Gaussian only, not for the Skellam
+  mechanism, so it is not done: every participant's input is summed and accounted at ``q = 1``.
 * Noise of dropouts is missing from the sum; each share is ``V / t``, so ``t`` survivors carry
   ``V`` and ``N`` carry ``N V / t`` (up to twice the noise variance the central mechanism needs).
 * What remains: participants colluding with the server can subtract their own shares (the
