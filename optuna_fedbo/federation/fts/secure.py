@@ -232,8 +232,10 @@ class SecureRounds:
         unmasked (a report with ``published=False`` when an attempt fails)."""
         server = self.server
         round_index = server.open_round
-        if server._ledger is not None and server._ledger.would_exceed():
-            # Before the protocol: the server must not unmask a sum it could not account.
+        attempt = self.coordinator.attempt
+        starting = attempt is None or attempt.round != round_index
+        if starting and server._ledger is not None and server._ledger.would_exceed():
+            # Before an attempt starts: the server must not unmask a sum it could not account.
             return server._stop_for_budget(round_index, [], ())
         outcome = self.coordinator.step(round_index, force=force)
         if outcome is None:
