@@ -211,9 +211,23 @@ class SecAggServer:
 
     def survivor_list(self) -> SurvivorList:
         """Close step 3 (``|U3| >= t``): whose masked inputs will be summed."""
-        senders = self._close("masked", self.setup.threshold, "sent masked inputs")
+        setup = self.setup
+        senders = self._close("masked", setup.threshold, "sent masked inputs")
         self._dropped = tuple(p for p in self._senders("shares") if p not in senders)
-        return SurvivorList(**Message.base_of(self.setup), survivors=senders)
+        # Every mask to remove needs share_threshold surviving holders (SecAgg+: a participant
+        # whose neighbours dropped too has too few): fail before any share is revealed.
+        alive = set(senders)
+        for owner in (*senders, *self._dropped):
+            holding = sum(h in alive for h in setup.holders(owner))
+            if holding < setup.share_threshold:
+                self._failed = (
+                    f"secure aggregation round {setup.round_index} failed at step 'masked': "
+                    f"{owner!r} lost too many neighbours (only {holding} holders of its shares "
+                    f"survive, {setup.share_threshold} needed), so its masks cannot be removed; "
+                    "nothing is published."
+                )
+                raise RoundFailed(self._failed)
+        return SurvivorList(**Message.base_of(setup), survivors=senders)
 
     def unmask_request(self) -> UnmaskRequest:
         """Close step 4 (``t`` survivor signatures): ask for the shares."""

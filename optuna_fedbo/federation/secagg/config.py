@@ -20,12 +20,20 @@ from dataclasses import replace
 import math
 from typing import Any
 
+from optuna_fedbo.core.secagg.graph import choose_degree
 from optuna_fedbo.core.secagg.graph import majority
 from optuna_fedbo.core.secagg.ring import plan_ring
 from optuna_fedbo.core.secagg.ring import RingSpec
 
 #: The fewest participants secure aggregation runs with (a strict majority of 2 is both).
 MIN_PARTICIPANTS = 3
+#: From this many participants on, ``degree=None`` picks SecAgg+'s sparse graph (below it the
+#: complete graph costs little: 7 s a round at N = 30 on SQLite, and a sparse graph's failure
+#: bound, computed for 10% dropped and 10% corrupt participants, rounds those to zero).
+AUTO_DEGREE_FROM = 50
+#: The failure probability the automatic degree meets (union bound of Bell et al.'s three
+#: failure events on this Harary graph: :func:`~optuna_fedbo.core.secagg.graph.choose_degree`).
+AUTO_DEGREE_FAILURE = 2.0**-30
 #: Pooled statistics: how many spreads of its reference (its initial design's values) a
 #: participant's standardized values may reach before the sums of their squares are clipped.
 VALUE_SPREADS = 10
@@ -55,10 +63,22 @@ class SecureAggregation:
             also bounds every coordinate of an input.
         step: The fixed-point step: inputs are rounded to multiples of it (the sum is the plain
             sum within ``N * step / 2`` per coordinate).
-        degree: ``None`` (SecAgg: every participant masks with every other) or an even number
-            of neighbours for SecAgg+'s sparse graph (cost ``O(degree)`` per participant instead
-            of ``O(N)``; :func:`optuna_fedbo.core.secagg.secagg_plus_failure_bounds` states its
-            failure probability).
+        degree: An even number ``k`` of neighbours for SecAgg+'s sparse graph (Bell et al., CCS
+            2020: each participant masks with, and secret-shares to, only its ``k`` neighbours
+            of a Harary graph ``H(k, N)`` on a public random placement; cost ``O(k)`` per
+            participant instead of ``O(N)``), or ``None``: the complete graph of SecAgg below
+            :data:`AUTO_DEGREE_FROM` (50) participants, from there on the smallest even ``k``
+            whose failure probability is at most :data:`AUTO_DEGREE_FAILURE` (``2**-30``) when
+            at most 10% of the participants drop out and at most 10% collude with the server
+            (``k = O(log N)``: 12 at ``N = 50``, 20 at 100, 32 at 200). The failure probability
+            is the union bound of :func:`optuna_fedbo.core.secagg.secagg_plus_failure_bounds`
+            over a dropped participant's shares becoming unrecoverable (the round then
+            publishes nothing and starts over), an honest participant's shares reaching
+            ``share_threshold`` colluders, and the survivors' graph disconnecting (exact
+            hypergeometric tails, no asymptotics). It is over the random placement, which the
+            setup's digest seeds: a server that makes attempts fail, or admits different sets
+            of enrolled participants, draws a new placement each time (over ``A`` attempts the
+            failure probability is at most ``A`` times the bound).
         step_timeout: Seconds the server waits in each of the protocol's steps after the first
             for the participants that have not answered, before it goes on without them (they
             count as dropped; their masks are removed with the others' shares).
@@ -112,6 +132,8 @@ class SecureAggregation:
             ValueError: If there are fewer than 3 or fewer than ``threshold`` participants, the
                 threshold is not a strict majority, the degree does not fit, or the sum of
                 ``n_clients`` inputs could wrap the ring (each message names the fix).
+
+        The degree is made explicit too (``None`` stays ``None`` only for the complete graph).
         """
         if n_clients < MIN_PARTICIPANTS:
             raise ValueError(
@@ -136,7 +158,10 @@ class SecureAggregation:
                 "degree or degree=None (every participant masks with every other)."
             )
         self.ring(n_clients, dimension)
-        return replace(self, threshold=threshold)
+        degree = self.degree
+        if degree is None and n_clients >= AUTO_DEGREE_FROM:
+            degree = choose_degree(n_clients, target=AUTO_DEGREE_FAILURE)
+        return replace(self, threshold=threshold, degree=degree)
 
     def ring(self, n_clients: int, dimension: int) -> RingSpec:
         """The ring in which the sum of ``n_clients`` inputs of ``dimension`` cannot wrap.
