@@ -278,7 +278,7 @@ def test_a_forged_message_is_refused_and_the_round_goes_on_without_it() -> None:
         participant.poll()  # everyone advertises keys
     # Someone with the storage but not c1's key writes a message in c1's name.
     impostor = ParticipantKey.generate(fed.federation_id, "c1", fed.fingerprint)
-    own = Relay(fed.store).entries(0)[message_key(0, "keys", "c1")]
+    own = Relay(fed.store).entries(0, inputs=True)[message_key(0, "keys", "c1")]
     _, plaintext = fed.trust.open_upload(
         own, client_id="c1", public_key=fed.public_key_of("c1"), round_index=0
     )
@@ -297,7 +297,7 @@ def test_a_message_copied_from_another_round_is_refused() -> None:
     clients = [f"c{i}" for i in range(4)]
     driven.upload(clients)
     assert driven.run().round == 0
-    old = Relay(fed.store).entries(0)[message_key(0, "keys", "c0")]
+    old = Relay(fed.store).entries(0, inputs=True)[message_key(0, "keys", "c0")]
     driven.upload(clients[1:])  # c0 sends nothing to round 1; a copy of its round-0 keys does
     _advance_to(driven, "keys")
     Relay(fed.store).write(1, message_key(0, "keys", "c0"), old)
@@ -313,7 +313,7 @@ def test_a_message_replayed_into_a_later_attempt_is_refused(caplog) -> None:
     driven.upload([f"c{i}" for i in range(4)])
     report = driven.run(drop_after={"c2": 1, "c3": 1})  # attempt 0 fails
     assert report is not None and not report.published
-    old = Relay(fed.store).entries(0)[message_key(0, "keys", "c3")]
+    old = Relay(fed.store).entries(0, inputs=True)[message_key(0, "keys", "c3")]
     server.step()  # attempt 1's setup
     Relay(fed.store).write(0, message_key(1, "keys", "c3"), old)
     with caplog.at_level(logging.WARNING):
@@ -341,7 +341,9 @@ def test_participants_refuse_a_setup_with_a_lower_threshold(caplog) -> None:
         for participant in driven.driver._participants.values():
             participant.poll()
     assert "the round's setup differs from the one the configuration gives" in caplog.text
-    assert not [k for k in Relay(fed.store).entries(0) if ":msg:" in k]  # nobody advertised
+    assert not [
+        k for k in Relay(fed.store).entries(0, inputs=True) if ":msg:" in k
+    ]  # nobody advertised
 
 
 def test_participants_refuse_to_reveal_both_shares_of_one_peer(caplog) -> None:
@@ -360,7 +362,9 @@ def test_participants_refuse_to_reveal_both_shares_of_one_peer(caplog) -> None:
         for participant in driven.driver._participants.values():
             participant.poll()
     assert "asks for both shares of ['c3']: refused" in caplog.text
-    assert not [k for k in relay.entries(0) if ":msg:unmask:" in k]  # no share revealed
+    assert not [
+        k for k in relay.entries(0, inputs=True) if ":msg:unmask:" in k
+    ]  # no share revealed
 
 
 # ------------------------------------------------------------------------------ bad input

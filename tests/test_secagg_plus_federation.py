@@ -50,7 +50,7 @@ def _graph_round():
 def _shared_to(fed) -> dict[str, set[str]]:
     """Whom each participant sealed shares to (what the server opens of step 2)."""
     found = {}
-    for key, text in Relay(fed.store).entries(0).items():
+    for key, text in Relay(fed.store).entries(0, inputs=True).items():
         parsed = parse_key(key)
         if parsed is None or parsed[1] != "msg:shares":
             continue
@@ -120,7 +120,7 @@ def test_a_participant_that_lost_too_many_neighbours_fails_the_round_before_any_
     alive = set(CLIENTS) - set(lost)
     assert sum(h in alive for h in setup.holders(named[1])) == int(named[2])
     assert "nothing is published" in caplog.text
-    entries = Relay(fed.store).entries(0)
+    entries = Relay(fed.store).entries(0, inputs=True)
     assert record_key(0, "unmask") not in entries  # no share was asked for
     assert not [k for k in entries if ":msg:unmask:" in k]
     assert fed.latest_broadcast() is None
@@ -142,7 +142,9 @@ def test_participants_refuse_a_setup_whose_graph_is_not_the_configurations(caplo
         for participant in driven.driver._participants.values():
             participant.poll()
     assert "the round's setup differs from the one the configuration gives" in caplog.text
-    assert not [k for k in Relay(fed.store).entries(0) if ":msg:" in k]  # nobody advertised
+    assert not [
+        k for k in Relay(fed.store).entries(0, inputs=True) if ":msg:" in k
+    ]  # nobody advertised
 
 
 @pytest.mark.parametrize(("n", "degree"), [(10, None), (49, None), (50, 12), (200, 32)])

@@ -29,6 +29,14 @@ from optuna_fedbo.federation.trust import UntrustedRecordError
 FIRST_OPENING = ""
 
 
+def open_round_and_opening(store: FederationStore) -> tuple[int, str]:
+    """The open round and its opening, from one read of the ``latest`` pointer."""
+    latest: dict[str, Any] | None = store.latest()
+    if latest is None:
+        return 0, FIRST_OPENING
+    return int(latest["round"]) + 1, str(latest["digest"])
+
+
 def opening_for(store: FederationStore, round_index: int) -> str:
     """The opening of ``round_index``, which must be the open round (a participant's side).
 
@@ -36,8 +44,7 @@ def opening_for(store: FederationStore, round_index: int) -> str:
         KeyError: If the round is closed already (send to the open round instead).
         ValueError: If the round is not open yet: nothing is sent ahead of its round.
     """
-    latest: dict[str, Any] | None = store.latest()
-    open_round = 0 if latest is None else int(latest["round"]) + 1
+    open_round, opening = open_round_and_opening(store)
     if round_index < open_round:
         raise KeyError(f"Round {round_index} of {store.name!r} is closed ({open_round} is open).")
     if round_index > open_round:
@@ -45,7 +52,7 @@ def opening_for(store: FederationStore, round_index: int) -> str:
             f"Round {round_index} of federation {store.name!r} is not open yet (round "
             f"{open_round} is): an upload goes to the open round only."
         )
-    return FIRST_OPENING if latest is None else str(latest["digest"])
+    return opening
 
 
 def write_to_open_round(

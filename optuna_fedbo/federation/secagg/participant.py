@@ -35,7 +35,7 @@ from optuna_fedbo.core.secagg.messages import UnmaskRequest
 from optuna_fedbo.core.secagg.ring import encode
 from optuna_fedbo.core.secagg.ring import to_ring
 from optuna_fedbo.core.secagg.setup import RoundSetup
-from optuna_fedbo.federation._openings import opening_for
+from optuna_fedbo.federation._openings import open_round_and_opening
 from optuna_fedbo.federation.secagg.relay import checked_setup
 from optuna_fedbo.federation.secagg.relay import message_key
 from optuna_fedbo.federation.secagg.relay import message_plaintext
@@ -53,7 +53,7 @@ _logger = optuna.logging.get_logger(__name__)
 #: The client's next step -> (the server record it answers, the step its message belongs to).
 _ANSWER = {
     "share_keys": ("keys", "shares", KeyDirectory),
-    "mask_input": ("bundle", "masked", ShareBundle),
+    "mask_input": ("bundles", "masked", ShareBundle),
     "sign_survivors": ("survivors", "consistency", SurvivorList),
     "unmask": ("unmask", "unmask", UnmaskRequest),
 }
@@ -78,6 +78,7 @@ class SecAggParticipant:
         self._attempt: tuple[int, int] | None = None  # (round, attempt) it takes part in
         self._client: SecAggClient | None = None
         self._counter = 0
+        self._opening = ""  # the open round's opening, read with the round at each poll
         self._said: set[str] = set()
         #: ``(round, attempt)`` of each masked input this participant sent (newest last).
         self.masked_rounds: list[tuple[int, int]] = []
@@ -132,7 +133,7 @@ class SecAggParticipant:
         (_logger.warning if warning else _logger.info)(message)
 
     def _advance(self) -> None:
-        round_index = self.federation.open_round()
+        round_index, self._opening = open_round_and_opening(self.federation.store)
         entries = self._relay.entries(round_index)
         setups = [
             parsed[0]
@@ -153,10 +154,11 @@ class SecAggParticipant:
         client = self._client
         while client is not None and client.step in _ANSWER:
             kind, step, message_type = _ANSWER[client.step]
-            recipient = self.client_id if kind == "bundle" else None
-            text = entries.get(record_key(attempt, kind, recipient))
+            text = entries.get(record_key(attempt, kind))
+            if kind == "bundles" and text is not None:
+                text, kind = self._bundle(round_index, attempt, text), "bundle"
             if text is None:
-                if kind == "bundle" and record_key(attempt, "survivors") in entries:
+                if kind == "bundle":
                     self._say(
                         f"{self.client_id}: round {round_index} attempt {attempt} went on "
                         "without its shares (too slow); its input goes to the next attempt."
@@ -178,6 +180,26 @@ class SecAggParticipant:
             else:
                 answer: Callable[[Any], Message] = getattr(client, client.step)
                 self._send(round_index, attempt, step, answer(request))
+
+    def _bundle(self, round_index: int, attempt: int, index: str) -> str | None:
+        """This participant's bundle record, found through the server's index of them
+        (``None``: the index does not list it, the server went on without its shares).
+
+        Raises:
+            MessageRejected: If the index does not verify or the trial it names holds no
+                bundle record of this participant.
+        """
+        body = verify_record(self.federation.trust, "bundles", index, round_index, attempt)
+        trials = body.get("trials")
+        if not isinstance(trials, dict):
+            raise MessageRejected("the server's index of share bundles is malformed")
+        if self.client_id not in trials:
+            return None
+        key = record_key(attempt, "bundle", self.client_id)
+        text = self._relay.read_bundle(trials[self.client_id], key)
+        if text is None:
+            raise MessageRejected("the share bundle is missing from its trial")
+        return text
 
     def _join(self, round_index: int, attempt: int, entries: dict[str, Any]) -> bool:
         """Start the attempt (advertise keys) if this participant is in it with a fresh input."""
@@ -207,10 +229,13 @@ class SecAggParticipant:
         """Seal ``message`` to the server, sign it as this participant's upload, write it."""
         federation = self.federation
         key = federation._participant_key(self.client_id)
-        opening = opening_for(federation.store, round_index)
         self._counter = max(self._counter + 1, time.time_ns())
         sealed = federation.trust.seal_upload(
-            key, round_index, self._counter, message_plaintext(attempt, step, message), opening
+            key,
+            round_index,
+            self._counter,
+            message_plaintext(attempt, step, message),
+            self._opening,
         )
         if len(sealed) > MAX_UPLOAD_CHARS:
             raise ValueError(

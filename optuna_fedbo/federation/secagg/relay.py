@@ -1,15 +1,22 @@
 """Where secure aggregation's messages live in the storage, and how they are sealed and signed.
 
-Everything of round ``r`` is a system attribute of round ``r``'s uploads study (discarded with
-it once the round is published), under keys ``secagg:{attempt}:...``; an *attempt* is one run of
-the protocol for the round (a round whose attempt fails, or whose server restarts, starts over
-with the next attempt):
+Everything of round ``r`` hangs off round ``r``'s uploads study (discarded with it once the round
+is published), under keys ``secagg:{attempt}:...``; an *attempt* is one run of the protocol for
+the round (a round whose attempt fails, or whose server restarts, starts over with the next
+attempt). Three places, so that what a participant polls stays small (``O(N)`` bytes, never the
+others' messages or shares):
 
-* ``secagg:{a}:setup``, ``secagg:{a}:keys``, ``secagg:{a}:bundle:{participant}``,
-  ``secagg:{a}:survivors``, ``secagg:{a}:unmask`` and ``secagg:{a}:failed``: the server's
-  records, signed by it (``Trust.sign``, one purpose per kind) and bound to the round and
-  attempt; a participant verifies each against the configuration's server key.
-* ``secagg:{a}:msg:{step}:{participant}``: a participant's message of a step, sealed to the
+* the uploads study's system attributes: the server's records ``secagg:{a}:setup``,
+  ``secagg:{a}:keys``, ``secagg:{a}:bundles`` (which trial of the bundles study holds each
+  participant's share bundle), ``secagg:{a}:survivors``, ``secagg:{a}:unmask`` and
+  ``secagg:{a}:failed``, signed by the server (``Trust.sign``, one purpose per kind) and bound
+  to the round and attempt; a participant verifies each against the configuration's server
+  key;
+* the round's bundles study (``...:secagg-bundles``): one trial per recipient of an attempt,
+  whose system attribute ``secagg:{a}:bundle:{participant}`` is the server's signed record of
+  the shares sealed to that participant (a participant reads only its own: ``O(degree)``);
+* the round's messages study (``...:secagg-inputs``), read by the server (and ``status``):
+  ``secagg:{a}:msg:{step}:{participant}``, a participant's message of a step, sealed to the
   server and signed by the participant's enrolled key exactly as an upload is
   (``Trust.seal_upload``: bound to the federation, configuration, round, counter and the
   round's opening), its plaintext bound to the attempt and step.
@@ -24,8 +31,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from optuna.exceptions import DuplicatedStudyError
-from optuna.study import StudyDirection
+from optuna.trial import create_trial
+from optuna.trial import TrialState
 
 from optuna_fedbo.core.secagg.messages import Message
 from optuna_fedbo.core.secagg.messages import message_from_dict
@@ -37,13 +44,14 @@ from optuna_fedbo.federation.store import FederationStore
 
 PREFIX = "secagg:"
 #: The server's records, in the order the protocol publishes them.
-RECORDS = ("setup", "keys", "bundle", "survivors", "unmask")
+RECORDS = ("setup", "keys", "bundles", "survivors", "unmask")
 #: The participants' steps (as the server names them) and the record each one answers.
 STEPS = ("keys", "shares", "masked", "consistency", "unmask")
 ANSWERS = dict(zip(STEPS, RECORDS))
-#: The step whose (large) messages go to the round's inputs study, read by the server only.
-INPUTS_STEP = "masked"
+#: The study of the participants' messages (the masked inputs among them), read by the server.
 INPUTS_SUFFIX = ":secagg-inputs"
+#: The study of the share bundles, one trial per recipient.
+BUNDLES_SUFFIX = ":secagg-bundles"
 #: Signature purpose of the participants' signatures for their peers (advertised keys, the
 #: survivor list): separate from every other use of the enrolled key.
 PEER_PURPOSE = "secagg-peer"
@@ -83,51 +91,103 @@ class Relay:
         self.store = store
 
     def _study_id(self, round_index: int) -> int:
-        return self.store.storage.get_study_id_from_name(
-            self.store.uploads_study_name(round_index)
-        )
+        return self.store._study_id(self.store.uploads_study_name(round_index))
 
     def _inputs_study(self, round_index: int) -> str:
         return self.store.uploads_study_name(round_index) + INPUTS_SUFFIX
 
+    def _bundles_study(self, round_index: int) -> str:
+        return self.store.uploads_study_name(round_index) + BUNDLES_SUFFIX
+
+    def _forget(self, round_index: int) -> None:
+        """Forget the round's study ids (they were deleted, or deleted and made again)."""
+        for name in (
+            self.store.uploads_study_name(round_index),
+            self._inputs_study(round_index),
+            self._bundles_study(round_index),
+        ):
+            self.store._forget(name)
+
+    def _study_of(self, name: str) -> int:
+        try:
+            return self.store._study_id(name)
+        except KeyError:
+            return self.store._create_study(name)
+
     def entries(self, round_index: int, *, inputs: bool = False) -> dict[str, Any]:
-        """Every ``secagg:`` entry of a round (empty once its uploads study is gone); the masked
-        inputs too if ``inputs`` (they are large and only the server needs them)."""
+        """The server's records of a round (empty once its uploads study is gone); the
+        participants' messages too if ``inputs`` (they are large, and only the server and
+        ``status`` read them). Study ids are cached (a poll costs one query per study)."""
         storage = self.store.storage
         attrs: dict[str, Any] = {}
         try:
             attrs.update(storage.get_study_system_attrs(self._study_id(round_index)))
             if inputs:
-                study_id = storage.get_study_id_from_name(self._inputs_study(round_index))
+                study_id = self.store._study_id(self._inputs_study(round_index))
                 attrs.update(storage.get_study_system_attrs(study_id))
         except KeyError:
-            pass  # the round closed (or has no masked input yet)
+            self._forget(round_index)  # the round closed (or has no message yet)
         return {k: v for k, v in attrs.items() if k.startswith(PREFIX)}
 
     def write(self, round_index: int, key: str, value: str) -> None:
-        """Write an entry of the round (a masked input into the round's inputs study, so that
-        participants polling the round's records never read the others' inputs).
+        """Write an entry of the round (a participant's message into the round's messages
+        study, so that participants polling the round's records never read the others').
 
         Raises:
             KeyError: If the round's uploads study is gone (the round closed).
         """
+        try:
+            study_id = self._study_id(round_index)
+            if ":msg:" in key:
+                study_id = self._study_of(self._inputs_study(round_index))
+            self.store.storage.set_study_system_attr(study_id, key, value)
+        except KeyError:
+            self._forget(round_index)
+            raise
+
+    def write_bundles(
+        self, round_index: int, records: dict[str, tuple[str, str]]
+    ) -> dict[str, int]:
+        """Write each recipient's bundle record (``recipient -> (key, text)``) into a trial of
+        its own in the round's bundles study; the trial ids, by recipient.
+
+        Raises:
+            KeyError: If the round's uploads study is gone (the round closed).
+        """
+        self._study_id(round_index)
         storage = self.store.storage
-        study_id = self._study_id(round_index)
-        if f":msg:{INPUTS_STEP}:" in key:
-            name = self._inputs_study(round_index)
-            try:
-                study_id = storage.create_new_study([StudyDirection.MINIMIZE], name)
-            except DuplicatedStudyError:
-                study_id = storage.get_study_id_from_name(name)
-        storage.set_study_system_attr(study_id, key, value)
+        try:
+            study_id = self._study_of(self._bundles_study(round_index))
+            return {
+                recipient: storage.create_new_trial(
+                    study_id, create_trial(state=TrialState.FAIL, system_attrs={key: text})
+                )
+                for recipient, (key, text) in records.items()
+            }
+        except KeyError:
+            self._forget(round_index)
+            raise
+
+    def read_bundle(self, trial_id: Any, key: str) -> Any:
+        """The entry ``key`` of a trial (of the round's bundles study; ``None`` if there is no
+        such entry: what it holds is the server's signed record, bound to the round, the
+        attempt and the recipient, so the trial it is read from need not be trusted)."""
+        if isinstance(trial_id, bool) or not isinstance(trial_id, int):
+            return None
+        try:
+            return self.store.storage.get_trial_system_attrs(trial_id).get(key)
+        except KeyError:
+            return None
 
     def discard(self, round_index: int) -> None:
-        """Delete a published round's masked inputs (no-op if they are gone)."""
-        try:
-            storage = self.store.storage
-            storage.delete_study(storage.get_study_id_from_name(self._inputs_study(round_index)))
-        except KeyError:
-            pass
+        """Delete a published round's messages and bundles (no-op if they are gone)."""
+        storage = self.store.storage
+        for name in (self._inputs_study(round_index), self._bundles_study(round_index)):
+            try:
+                storage.delete_study(self.store._study_id(name))
+            except KeyError:
+                pass
+        self._forget(round_index)
 
     def newest_attempt(self, entries: dict[str, Any]) -> int:
         """The highest attempt with any entry (-1: none)."""
@@ -253,6 +313,7 @@ def peer_verifier(federation: Any) -> Any:
 
 __all__ = [
     "ANSWERS",
+    "BUNDLES_SUFFIX",
     "PEER_PURPOSE",
     "RECORDS",
     "Relay",

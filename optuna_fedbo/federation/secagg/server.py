@@ -32,7 +32,6 @@ from optuna_fedbo.core.secagg.server import AggregateResult
 from optuna_fedbo.core.secagg.server import RoundFailed
 from optuna_fedbo.core.secagg.server import SecAggServer
 from optuna_fedbo.federation._uploads import UploadRejected
-from optuna_fedbo.federation.secagg.relay import INPUTS_STEP
 from optuna_fedbo.federation.secagg.relay import message_key
 from optuna_fedbo.federation.secagg.relay import parse_message
 from optuna_fedbo.federation.secagg.relay import peer_verifier
@@ -182,12 +181,10 @@ class SecAggCoordinator:
         )
         return current
 
-    def _publish(
-        self, current: _Attempt, kind: str, content: dict[str, Any], recipient: str | None = None
-    ) -> None:
+    def _publish(self, current: _Attempt, kind: str, content: dict[str, Any]) -> None:
         trust = self.federation.trust
         text = trust.sign(f"secagg-{kind}", record_body(current.round, current.attempt, content))
-        self._relay.write(current.round, record_key(current.attempt, kind, recipient), text)
+        self._relay.write(current.round, record_key(current.attempt, kind), text)
 
     def _say(self, message: str) -> None:
         if message not in self._said:
@@ -198,7 +195,7 @@ class SecAggCoordinator:
     def _receive(self, current: _Attempt) -> None:
         server = current.server
         step = server.step
-        entries = self._relay.entries(current.round, inputs=step == INPUTS_STEP)
+        entries = self._relay.entries(current.round, inputs=True)
         for client_id in server.expected():
             key = message_key(current.attempt, step, client_id)
             text = entries.get(key)
@@ -248,8 +245,19 @@ class SecAggCoordinator:
             current.reason = reason
             self._publish(current, "keys", {"message": server.key_directory().to_dict()})
         elif step == "shares":
-            for holder, bundle in server.share_bundles().items():
-                self._publish(current, "bundle", {"message": bundle.to_dict()}, holder)
+            trust = self.federation.trust
+            records = {
+                holder: (
+                    record_key(current.attempt, "bundle", holder),
+                    trust.sign(
+                        "secagg-bundle",
+                        record_body(current.round, current.attempt, {"message": b.to_dict()}),
+                    ),
+                )
+                for holder, b in server.share_bundles().items()
+            }
+            trials = self._relay.write_bundles(current.round, records)
+            self._publish(current, "bundles", {"trials": trials})
         elif step == "masked":
             self._publish(current, "survivors", {"message": server.survivor_list().to_dict()})
         elif step == "consistency":

@@ -59,9 +59,9 @@ def secagg_status(federation: Any) -> dict[str, Any]:
         directory = _content(trust, "keys", entries[f"secagg:{attempt}:keys"]) or {}
         adverts = directory.get("message", {}).get("adverts", [])
         expected, step = [a.get("sender") for a in adverts], "shares"
-    if "bundle" in kinds:
-        expected = sorted(r for a, kind, r in parsed if a == attempt and kind == "bundle")
-        step = "masked"
+    if "bundles" in kinds:
+        index = _content(trust, "bundles", entries[f"secagg:{attempt}:bundles"]) or {}
+        expected, step = sorted(index.get("trials", {})), "masked"
     for kind, after in (("survivors", "consistency"), ("unmask", "unmask")):
         if kind in kinds:
             record = _content(trust, kind, entries[f"secagg:{attempt}:{kind}"]) or {}
