@@ -12,9 +12,10 @@ others' messages or shares):
   ``secagg:{a}:failed``, signed by the server (``Trust.sign``, one purpose per kind) and bound
   to the round and attempt; a participant verifies each against the configuration's server
   key;
-* the round's bundles study (``...:secagg-bundles``): one trial per recipient of an attempt,
-  whose system attribute ``secagg:{a}:bundle:{participant}`` is the server's signed record of
-  the shares sealed to that participant (a participant reads only its own: ``O(degree)``);
+* the round's bundles study (``...:secagg-bundles``): trials of about ``sqrt(N)`` recipients
+  each, whose system attribute ``secagg:{a}:bundle:{participant}`` is the server's signed record
+  of the shares sealed to that participant (a participant reads its trial: ``O(sqrt(N)
+  degree)`` bytes, not everyone's shares; the server writes ``sqrt(N)`` trials);
 * the round's messages study (``...:secagg-inputs``), read by the server (and ``status``):
   ``secagg:{a}:msg:{step}:{participant}``, a participant's message of a step, sealed to the
   server and signed by the participant's enrolled key exactly as an upload is
@@ -29,6 +30,7 @@ federation is refused by the protocol as well as by its envelope.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from optuna.trial import create_trial
@@ -148,25 +150,32 @@ class Relay:
     def write_bundles(
         self, round_index: int, records: dict[str, tuple[str, str]]
     ) -> dict[str, int]:
-        """Write each recipient's bundle record (``recipient -> (key, text)``) into a trial of
-        its own in the round's bundles study; the trial ids, by recipient.
+        """Write the recipients' bundle records (``recipient -> (key, text)``) into trials of
+        the round's bundles study, about ``sqrt(N)`` records a trial (``sqrt(N)`` writes for the
+        server; a participant reads ``sqrt(N)`` bundles of ``O(degree)`` shares); the trial id of
+        each recipient's record.
 
         Raises:
             KeyError: If the round's uploads study is gone (the round closed).
         """
         self._study_id(round_index)
         storage = self.store.storage
+        recipients = sorted(records)
+        size = max(1, math.isqrt(len(recipients) - 1) + 1) if recipients else 1
+        trials: dict[str, int] = {}
         try:
             study_id = self._study_of(self._bundles_study(round_index))
-            return {
-                recipient: storage.create_new_trial(
-                    study_id, create_trial(state=TrialState.FAIL, system_attrs={key: text})
+            for start in range(0, len(recipients), size):
+                group = recipients[start : start + size]
+                attrs = dict(records[r] for r in group)
+                trial_id = storage.create_new_trial(
+                    study_id, create_trial(state=TrialState.FAIL, system_attrs=attrs)
                 )
-                for recipient, (key, text) in records.items()
-            }
+                trials.update(dict.fromkeys(group, trial_id))
         except KeyError:
             self._forget(round_index)
             raise
+        return trials
 
     def read_bundle(self, trial_id: Any, key: str) -> Any:
         """The entry ``key`` of a trial (of the round's bundles study; ``None`` if there is no
