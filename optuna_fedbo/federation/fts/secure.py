@@ -48,6 +48,7 @@ from optuna_fedbo.federation.fts.secure_dp import private_input
 from optuna_fedbo.federation.fts.secure_dp import publish_private
 from optuna_fedbo.federation.fts.staged import Staged
 from optuna_fedbo.federation.ledger import LedgerEntry
+from optuna_fedbo.federation.secagg import claims
 from optuna_fedbo.federation.secagg.config import VALUE_SPREADS
 from optuna_fedbo.federation.secagg.participant import Driver
 from optuna_fedbo.federation.secagg.server import SecAggCoordinator
@@ -177,9 +178,11 @@ def secure_upload(channel: Any, client_id: str, omega: np.ndarray, n_observation
             return round_index
         n_features = channel.config.n_features
         # The first statistics offered (in round 0: the initial design's) fix the reference,
-        # as FTSConfig(normalization="shared") does for the participant's own model.
-        references = channel.__dict__.setdefault("_secagg_references", {})
-        reference = references.setdefault(client_id, reference_of(omega, n_features))
+        # as FTSConfig(normalization="shared") does for the participant's own model; it is
+        # kept in the key folder, so a restarted participant keeps its scale.
+        reference = claims.reference(
+            federation, client_id, lambda: reference_of(omega, n_features)
+        )
         participant.offer(secure_input(omega, n_features, config.max_observations, reference))
         participant.poll()
         driver.kick()

@@ -36,6 +36,7 @@ from optuna_fedbo.core.secagg.ring import encode
 from optuna_fedbo.core.secagg.ring import to_ring
 from optuna_fedbo.core.secagg.setup import RoundSetup
 from optuna_fedbo.federation._openings import open_round_and_opening
+from optuna_fedbo.federation.secagg.claims import claim
 from optuna_fedbo.federation.secagg.relay import checked_setup
 from optuna_fedbo.federation.secagg.relay import message_key
 from optuna_fedbo.federation.secagg.relay import message_plaintext
@@ -213,6 +214,14 @@ class SecAggParticipant:
             self._say(
                 f"{self.client_id}: not among the participants of round {round_index} attempt "
                 f"{attempt} (it enrolled after the attempt started); it takes part in the next."
+            )
+            return False
+        if not claim(self.federation, self.client_id, round_index, attempt):
+            self._say(
+                f"{self.client_id}: round {round_index} attempt {attempt} was joined before by "
+                "this participant (a process of it that restarted, or another worker of it on "
+                "this host), whose protocol state is not here; it takes part from the next "
+                "attempt."
             )
             return False
         key = self.federation._participant_key(self.client_id)
