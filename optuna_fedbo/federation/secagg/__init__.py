@@ -4,6 +4,8 @@
 * :mod:`.relay`: where the protocol's messages and the server's records live in the storage
   (the open round's uploads study), sealed and signed as uploads and broadcasts are.
 * :mod:`.participant`: a participant's side, one round at a time.
+* :mod:`.claims`: what a participant keeps outside the storage (the attempts it joined, so that
+  a restarted process or a second worker of the site never joins one twice; its scale).
 * :mod:`.server`: the server's side: the protocol's steps of the open round, then the sum.
 * :mod:`.status`: which step the open round is in and who is missing (for ``status``).
 

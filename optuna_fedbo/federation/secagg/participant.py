@@ -8,7 +8,9 @@ bundle, survivor list, unmask request) with its message, sealed to the server an
 upload. It masks the newest input it has when the share bundle arrives; an input offered later
 goes to the next round. A record that does not verify, or a step the protocol refuses, ends the
 participant's part in that attempt (logged once): the round then goes on without it, or
-starts over.
+starts over. Its protocol state is in memory only: a participant joins an attempt at most once
+(:func:`~optuna_fedbo.federation.secagg.claims.claim`), so a restarted process, or a second
+worker of the site, takes part from the next attempt.
 
 :class:`Driver` polls a process's participants in a background thread while any has work
 left, so that asynchronous participants (which never wait for a broadcast) still answer each
