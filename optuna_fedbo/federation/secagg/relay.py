@@ -16,7 +16,8 @@ others' messages or shares):
   each, whose system attribute ``secagg:{a}:bundle:{participant}`` is the server's signed record
   of the shares sealed to that participant (a participant reads its trial: ``O(sqrt(N)
   degree)`` bytes, not everyone's shares; the server writes ``sqrt(N)`` trials);
-* the round's messages study (``...:secagg-inputs``), read by the server (and ``status``):
+* the round's messages study (``...:secagg-messages``; the masked inputs, large, in the inputs
+  study ``...:secagg-inputs``, read at that step only), read by the server (and ``status``):
   ``secagg:{a}:msg:{step}:{participant}``, a participant's message of a step, sealed to the
   server and signed by the participant's enrolled key exactly as an upload is
   (``Trust.seal_upload``: bound to the federation, configuration, round, counter and the
@@ -50,8 +51,11 @@ RECORDS = ("setup", "keys", "bundles", "survivors", "unmask")
 #: The participants' steps (as the server names them) and the record each one answers.
 STEPS = ("keys", "shares", "masked", "consistency", "unmask")
 ANSWERS = dict(zip(STEPS, RECORDS))
-#: The study of the participants' messages (the masked inputs among them), read by the server.
+#: The studies of the participants' messages and of their masked inputs, read by the server.
+MESSAGES_SUFFIX = ":secagg-messages"
 INPUTS_SUFFIX = ":secagg-inputs"
+#: The step whose (large) messages go to the inputs study.
+INPUTS_STEP = "masked"
 #: The study of the share bundles, one trial per recipient.
 BUNDLES_SUFFIX = ":secagg-bundles"
 #: Signature purpose of the participants' signatures for their peers (advertised keys, the
@@ -98,6 +102,9 @@ class Relay:
     def _inputs_study(self, round_index: int) -> str:
         return self.store.uploads_study_name(round_index) + INPUTS_SUFFIX
 
+    def _messages_study(self, round_index: int) -> str:
+        return self.store.uploads_study_name(round_index) + MESSAGES_SUFFIX
+
     def _bundles_study(self, round_index: int) -> str:
         return self.store.uploads_study_name(round_index) + BUNDLES_SUFFIX
 
@@ -105,10 +112,16 @@ class Relay:
         """Forget the round's study ids (they were deleted, or deleted and made again)."""
         for name in (
             self.store.uploads_study_name(round_index),
-            self._inputs_study(round_index),
-            self._bundles_study(round_index),
+            *self._side_studies(round_index),
         ):
             self.store._forget(name)
+
+    def _side_studies(self, round_index: int) -> tuple[str, ...]:
+        return (
+            self._messages_study(round_index),
+            self._inputs_study(round_index),
+            self._bundles_study(round_index),
+        )
 
     def _study_of(self, name: str) -> int:
         try:
@@ -116,19 +129,26 @@ class Relay:
         except KeyError:
             return self.store._create_study(name)
 
-    def entries(self, round_index: int, *, inputs: bool = False) -> dict[str, Any]:
-        """The server's records of a round (empty once its uploads study is gone); the
-        participants' messages too if ``inputs`` (they are large, and only the server and
-        ``status`` read them). Study ids are cached (a poll costs one query per study)."""
+    def entries(
+        self, round_index: int, *, inputs: bool = False, messages: bool = False
+    ) -> dict[str, Any]:
+        """The server's records of a round (empty once its uploads study is gone); with
+        ``messages`` the participants' messages but their masked inputs too, with ``inputs``
+        all their messages (the inputs are large: the server reads them at that step only).
+        Study ids are cached (a poll costs one query per study)."""
         storage = self.store.storage
         attrs: dict[str, Any] = {}
+        names = [self._messages_study(round_index)] if messages or inputs else []
+        names += [self._inputs_study(round_index)] if inputs else []
         try:
             attrs.update(storage.get_study_system_attrs(self._study_id(round_index)))
-            if inputs:
-                study_id = self.store._study_id(self._inputs_study(round_index))
-                attrs.update(storage.get_study_system_attrs(study_id))
+            for name in names:
+                try:
+                    attrs.update(storage.get_study_system_attrs(self.store._study_id(name)))
+                except KeyError:
+                    self.store._forget(name)  # no message of that kind yet
         except KeyError:
-            self._forget(round_index)  # the round closed (or has no message yet)
+            self._forget(round_index)  # the round closed
         return {k: v for k, v in attrs.items() if k.startswith(PREFIX)}
 
     def write(self, round_index: int, key: str, value: str) -> None:
@@ -140,8 +160,10 @@ class Relay:
         """
         try:
             study_id = self._study_id(round_index)
-            if ":msg:" in key:
+            if f":msg:{INPUTS_STEP}:" in key:
                 study_id = self._study_of(self._inputs_study(round_index))
+            elif ":msg:" in key:
+                study_id = self._study_of(self._messages_study(round_index))
             self.store.storage.set_study_system_attr(study_id, key, value)
         except KeyError:
             self._forget(round_index)
@@ -191,7 +213,7 @@ class Relay:
     def discard(self, round_index: int) -> None:
         """Delete a published round's messages and bundles (no-op if they are gone)."""
         storage = self.store.storage
-        for name in (self._inputs_study(round_index), self._bundles_study(round_index)):
+        for name in self._side_studies(round_index):
             try:
                 storage.delete_study(self.store._study_id(name))
             except KeyError:

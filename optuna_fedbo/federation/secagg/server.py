@@ -32,6 +32,7 @@ from optuna_fedbo.core.secagg.server import AggregateResult
 from optuna_fedbo.core.secagg.server import RoundFailed
 from optuna_fedbo.core.secagg.server import SecAggServer
 from optuna_fedbo.federation._uploads import UploadRejected
+from optuna_fedbo.federation.secagg.relay import INPUTS_STEP
 from optuna_fedbo.federation.secagg.relay import message_key
 from optuna_fedbo.federation.secagg.relay import parse_message
 from optuna_fedbo.federation.secagg.relay import peer_verifier
@@ -195,7 +196,7 @@ class SecAggCoordinator:
     def _receive(self, current: _Attempt) -> None:
         server = current.server
         step = server.step
-        entries = self._relay.entries(current.round, inputs=True)
+        entries = self._relay.entries(current.round, messages=True, inputs=step == INPUTS_STEP)
         for client_id in server.expected():
             key = message_key(current.attempt, step, client_id)
             text = entries.get(key)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from optuna_fedbo.federation.secagg.relay import INPUTS_STEP
 from optuna_fedbo.federation.secagg.relay import parse_key
 from optuna_fedbo.federation.secagg.relay import Relay
 from optuna_fedbo.federation.trust import UntrustedRecordError
@@ -35,7 +36,8 @@ def secagg_status(federation: Any) -> dict[str, Any]:
     open round (``attempt`` ``None`` and ``step`` ``"setup"`` before the server has started it;
     ``taking_part``: who advertised keys in the attempt, the ``uploaded`` of ``status``)."""
     round_index = federation.open_round()
-    entries = Relay(federation.store).entries(round_index, inputs=True)
+    relay = Relay(federation.store)
+    entries = relay.entries(round_index, messages=True)
     parsed = [p for p in map(parse_key, entries) if p is not None]
     setups = [a for a, kind, _ in parsed if kind == "setup"]
     status: dict[str, Any] = {
@@ -66,6 +68,9 @@ def secagg_status(federation: Any) -> dict[str, Any]:
         if kind in kinds:
             record = _content(trust, kind, entries[f"secagg:{attempt}:{kind}"]) or {}
             expected, step = list(record.get("message", {}).get("survivors", [])), after
+    if step == INPUTS_STEP:  # who sent a masked input: read the (large) inputs study too
+        entries = relay.entries(round_index, inputs=True)
+        parsed = [p for p in map(parse_key, entries) if p is not None]
     answered = sorted(
         str(c) for a, kind, c in parsed if a == attempt and kind == f"msg:{step}" and c
     )
