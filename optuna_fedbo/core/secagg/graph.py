@@ -35,6 +35,12 @@ def full_graph(participants: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
     return {p: tuple(q for q in participants if q != p) for p in participants}
 
 
+def check_degree(n: int, degree: int) -> None:
+    """Raise ``ValueError`` unless ``degree`` is even, at least 2 and below ``n``."""
+    if degree < 2 or degree % 2 or degree >= n:
+        raise ValueError(f"The SecAgg+ degree must be even, >= 2 and < N = {n}; got {degree}.")
+
+
 def harary_graph(
     participants: tuple[str, ...], degree: int, public_seed: bytes
 ) -> dict[str, tuple[str, ...]]:
@@ -44,8 +50,7 @@ def harary_graph(
         ValueError: If ``degree`` is odd, below 2 or not below ``N``.
     """
     n = len(participants)
-    if degree < 2 or degree % 2 or degree >= n:
-        raise ValueError(f"The SecAgg+ degree must be even, >= 2 and < N = {n}; got {degree}.")
+    check_degree(n, degree)
     order = sorted(participants, key=lambda p: hashlib.sha256(public_seed + p.encode()).digest())
     half = degree // 2
     graph: dict[str, tuple[str, ...]] = {}

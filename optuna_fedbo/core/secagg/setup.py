@@ -14,6 +14,7 @@ import hashlib
 import json
 from typing import Any
 
+from optuna_fedbo.core.secagg.graph import check_degree
 from optuna_fedbo.core.secagg.graph import full_graph
 from optuna_fedbo.core.secagg.graph import harary_graph
 from optuna_fedbo.core.secagg.graph import majority
@@ -72,7 +73,7 @@ class RoundSetup:
                 f"{majority(n)}."
             )
         if self.degree is not None:
-            harary_graph(self.participants, self.degree, b"")  # validates the degree
+            check_degree(n, self.degree)
 
     @cached_property
     def digest(self) -> str:

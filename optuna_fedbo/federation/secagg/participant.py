@@ -198,8 +198,7 @@ class SecAggParticipant:
             raise MessageRejected("the server's index of share bundles is malformed")
         if self.client_id not in trials:
             return None
-        key = record_key(attempt, "bundle", self.client_id)
-        text = self._relay.read_bundle(trials[self.client_id], key)
+        text = self._relay.read_bundle(trials[self.client_id], attempt, self.client_id)
         if text is None:
             raise MessageRejected("the share bundle is missing from its trial")
         return text

@@ -13,9 +13,9 @@ others' messages or shares):
   to the round and attempt; a participant verifies each against the configuration's server
   key;
 * the round's bundles study (``...:secagg-bundles``): trials of about ``sqrt(N)`` recipients
-  each, whose system attribute ``secagg:{a}:bundle:{participant}`` is the server's signed record
-  of the shares sealed to that participant (a participant reads its trial: ``O(sqrt(N)
-  degree)`` bytes, not everyone's shares; the server writes ``sqrt(N)`` trials);
+  each, whose system attribute ``secagg:{a}:bundles`` maps each of them to the server's signed
+  record of the shares sealed to it (a participant reads its trial: ``O(sqrt(N) degree)`` bytes,
+  not everyone's shares; the server writes ``sqrt(N)`` trials);
 * the round's messages study (``...:secagg-messages``; the masked inputs, large, in the inputs
   study ``...:secagg-inputs``, read at that step only), read by the server (and ``status``):
   ``secagg:{a}:msg:{step}:{participant}``, a participant's message of a step, sealed to the
@@ -170,12 +170,12 @@ class Relay:
             raise
 
     def write_bundles(
-        self, round_index: int, records: dict[str, tuple[str, str]]
+        self, round_index: int, attempt: int, records: dict[str, str]
     ) -> dict[str, int]:
-        """Write the recipients' bundle records (``recipient -> (key, text)``) into trials of
-        the round's bundles study, about ``sqrt(N)`` records a trial (``sqrt(N)`` writes for the
-        server; a participant reads ``sqrt(N)`` bundles of ``O(degree)`` shares); the trial id of
-        each recipient's record.
+        """Write the recipients' bundle records (``recipient -> text``) into trials of the
+        round's bundles study, about ``sqrt(N)`` records a trial under one key
+        (``secagg:{attempt}:bundles``: ``sqrt(N)`` writes for the server; a participant reads
+        ``sqrt(N)`` bundles of ``O(degree)`` shares); the trial of each recipient's record.
 
         Raises:
             KeyError: If the round's uploads study is gone (the round closed).
@@ -184,14 +184,14 @@ class Relay:
         storage = self.store.storage
         recipients = sorted(records)
         size = max(1, math.isqrt(len(recipients) - 1) + 1) if recipients else 1
+        key = record_key(attempt, "bundles")
         trials: dict[str, int] = {}
         try:
             study_id = self._study_of(self._bundles_study(round_index))
             for start in range(0, len(recipients), size):
-                group = recipients[start : start + size]
-                attrs = dict(records[r] for r in group)
+                group = {r: records[r] for r in recipients[start : start + size]}
                 trial_id = storage.create_new_trial(
-                    study_id, create_trial(state=TrialState.FAIL, system_attrs=attrs)
+                    study_id, create_trial(state=TrialState.FAIL, system_attrs={key: group})
                 )
                 trials.update(dict.fromkeys(group, trial_id))
         except KeyError:
@@ -199,16 +199,18 @@ class Relay:
             raise
         return trials
 
-    def read_bundle(self, trial_id: Any, key: str) -> Any:
-        """The entry ``key`` of a trial (of the round's bundles study; ``None`` if there is no
-        such entry: what it holds is the server's signed record, bound to the round, the
-        attempt and the recipient, so the trial it is read from need not be trusted)."""
+    def read_bundle(self, trial_id: Any, attempt: int, recipient: str) -> Any:
+        """``recipient``'s bundle record in a trial of the round's bundles study (``None`` if
+        there is none there: what it holds is the server's signed record, bound to the round,
+        the attempt and the recipient, so the trial it is read from need not be trusted)."""
         if isinstance(trial_id, bool) or not isinstance(trial_id, int):
             return None
         try:
-            return self.store.storage.get_trial_system_attrs(trial_id).get(key)
+            attrs = self.store.storage.get_trial_system_attrs(trial_id)
         except KeyError:
             return None
+        group = attrs.get(record_key(attempt, "bundles"))
+        return group.get(recipient) if isinstance(group, dict) else None
 
     def discard(self, round_index: int) -> None:
         """Delete a published round's messages and bundles (no-op if they are gone)."""

@@ -246,18 +246,15 @@ class SecAggCoordinator:
             current.reason = reason
             self._publish(current, "keys", {"message": server.key_directory().to_dict()})
         elif step == "shares":
-            trust = self.federation.trust
+            sign = self.federation.trust.sign
             records = {
-                holder: (
-                    record_key(current.attempt, "bundle", holder),
-                    trust.sign(
-                        "secagg-bundle",
-                        record_body(current.round, current.attempt, {"message": b.to_dict()}),
-                    ),
+                holder: sign(
+                    "secagg-bundle",
+                    record_body(current.round, current.attempt, {"message": b.to_dict()}),
                 )
                 for holder, b in server.share_bundles().items()
             }
-            trials = self._relay.write_bundles(current.round, records)
+            trials = self._relay.write_bundles(current.round, current.attempt, records)
             self._publish(current, "bundles", {"trials": trials})
         elif step == "masked":
             self._publish(current, "survivors", {"message": server.survivor_list().to_dict()})
