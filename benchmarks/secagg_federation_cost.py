@@ -75,8 +75,8 @@ class _Meter:
     def install(self) -> None:
         meter = self
 
-        def entries(relay, round_index, *, inputs=False):
-            found = meter._entries(relay, round_index, inputs=inputs)
+        def entries(relay, round_index, **kinds):
+            found = meter._entries(relay, round_index, **kinds)
             meter.bytes[meter.current] += sum(len(k) + len(v) for k, v in found.items())
             return found
 

@@ -95,8 +95,16 @@ class Relay:
 
     def __init__(self, store: FederationStore) -> None:
         self.store = store
+        self._round: int | None = None
 
     def _study_id(self, round_index: int) -> int:
+        """The round's uploads study id (cached while this relay works on that round: a
+        closed round's ids are forgotten, as a storage may give a deleted study's id to a new
+        one)."""
+        if self._round != round_index:
+            if self._round is not None:
+                self._forget(self._round)
+            self._round = round_index
         return self.store._study_id(self.store.uploads_study_name(round_index))
 
     def _inputs_study(self, round_index: int) -> str:
@@ -133,7 +141,7 @@ class Relay:
         self, round_index: int, *, inputs: bool = False, messages: bool = False
     ) -> dict[str, Any]:
         """The server's records of a round (empty once its uploads study is gone); with
-        ``messages`` the participants' messages but their masked inputs too, with ``inputs``
+        ``messages`` the participants' messages but not their masked inputs, with ``inputs``
         all their messages (the inputs are large: the server reads them at that step only).
         Study ids are cached (a poll costs one query per study)."""
         storage = self.store.storage
