@@ -341,9 +341,7 @@ def test_participants_refuse_a_setup_with_a_lower_threshold(caplog) -> None:
         for participant in driven.driver._participants.values():
             participant.poll()
     assert "the round's setup differs from the one the configuration gives" in caplog.text
-    assert not [
-        k for k in Relay(fed.store).entries(0, inputs=True) if ":msg:" in k
-    ]  # nobody advertised
+    assert not [k for k in Relay(fed.store).entries(0, inputs=True) if ":msg:" in k]
 
 
 def test_participants_refuse_to_reveal_both_shares_of_one_peer(caplog) -> None:
@@ -362,9 +360,7 @@ def test_participants_refuse_to_reveal_both_shares_of_one_peer(caplog) -> None:
         for participant in driven.driver._participants.values():
             participant.poll()
     assert "asks for both shares of ['c3']: refused" in caplog.text
-    assert not [
-        k for k in relay.entries(0, inputs=True) if ":msg:unmask:" in k
-    ]  # no share revealed
+    assert not [k for k in relay.entries(0, inputs=True) if ":msg:unmask:" in k]
 
 
 # ------------------------------------------------------------------------------ bad input
