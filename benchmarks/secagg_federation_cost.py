@@ -12,8 +12,9 @@ Secure rounds use SecAgg+'s graph of the smallest even degree whose failure boun
 ``2**-30`` (:func:`optuna_fedbo.core.secagg.choose_degree`: 4 at N = 10, 12 at 50, 32 at 200)
 and are run without dropouts and with 10% of the participants dropping out after sharing keys
 (their masks are then removed with their neighbours' shares). Per participant: seconds (its
-upload and its answers to every step) and bytes (written and read) per round, the mean and the
-largest; the server: seconds of its steps. Last, what a participant's sampler costs per trial in
+upload and its answers to every step) and the bytes of the protocol's entries it wrote and read
+per round (not counted without secure aggregation), the mean and the largest; the server:
+seconds of its steps. Last, what a participant's sampler costs per trial in
 the same federation (``FedSampler``, trials 21-30 of a study on the published round), the yard
 stick of the issue's target.
 
@@ -34,8 +35,8 @@ import time
 
 import numpy as np
 import optuna
-import scipy.stats  # noqa: F401 (imported once by the server's first broadcast; not a round's cost)
 from optuna.distributions import FloatDistribution
+import scipy.stats  # noqa: F401 (imported once by the server's first broadcast; not a round's cost)
 
 from optuna_fedbo.core.pooling import pack_blocks
 from optuna_fedbo.core.posterior import SufficientStatistics
@@ -179,7 +180,10 @@ def main() -> None:
             for secure, dropout in ((False, 0.0), (True, 0.0), (True, 0.1)):
                 load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
                 costs = one_round(n, secure, dropout, folder)
-                cells = " ".join(f"{costs[h]:>10.3f}" for h in header)
+                cells = " ".join(
+                    f"{'-':>10}" if not secure and h.endswith("kB") else f"{costs[h]:>10.3f}"
+                    for h in header
+                )
                 print(f"{n:>4} {str(secure):>7} {dropout:>5.1f} {cells}", flush=True)
                 print(f"     [{load}]", flush=True)
                 if "trial s" in costs:
