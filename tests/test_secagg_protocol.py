@@ -288,29 +288,12 @@ def test_a_wrong_share_fails_the_round_instead_of_a_wrong_sum(
     state = _Round(_setup(), drop=("p2",))
     for p in state.live:
         response = state.clients[p].unmask(state.request)
-        if p == owner:
-            continue  # a survivor that does not answer: its self-mask seed is rebuilt
         if p == "p0":  # holder of index 1 of every owner: its share is always used
             response = replace(response, **{kind: {**getattr(response, kind), owner: bytes(16)}})
         state.server.receive(response)
     with pytest.raises(RoundFailed, match=f"{message}; nothing is published"):
         state.server.aggregate()
     assert state.server.step == "failed"
-
-
-def test_a_survivor_revealing_another_self_mask_seed_than_it_committed_is_refused() -> None:
-    state = _Round(_setup(), drop=("p2",))
-    response = state.clients["p1"].unmask(state.request)
-    with pytest.raises(
-        MessageRejected, match="the self-mask seed 'p1' revealed is not the one it committed"
-    ):
-        state.server.receive(replace(response, own_seed=bytes(16)))
-    state.server.receive(response)  # its true seed is accepted
-    for p in state.live:
-        if p != "p1":
-            state.server.receive(state.clients[p].unmask(state.request))
-    total = state.server.aggregate()
-    assert total.survivors == tuple(state.live)
 
 
 def test_secagg_plus_shares_only_between_neighbours() -> None:

@@ -16,11 +16,7 @@ The five steps, each a method that takes the server's message and returns the pa
    that ``v`` dropped).
 5. :meth:`SecAggClient.unmask`: the SecAgg rule: for each peer, the self-mask share if the peer
    survived or the mask-key share if it dropped, never both; a request naming a peer in both lists,
-   a second request, or a list other than the one it signed is refused. It also reveals its own
-   self-mask seed: it is in the survivor list it checked (``t`` signatures), for which its
-   holders reveal shares of that seed anyway; the server then combines shares only for those
-   who dropped (a Shamir combination costs ``O(share_threshold^2)`` field multiplications in
-   Python: 80 ms at 17 shares).
+   a second request, or a list other than the one it signed is refused.
 
 Every step refuses messages bound to another round, federation or setup (:class:`MessageRejected`)
 and runs once, in order. The input is a vector of ring elements (see :mod:`.ring`); the
@@ -310,5 +306,4 @@ class SecAggClient:
             sender=self.participant,
             self_mask_shares=self_shares,
             mask_key_shares=key_shares,
-            own_seed=self._self_seed,
         )

@@ -277,21 +277,17 @@ class UnmaskRequest(Message):
 
 @dataclass(frozen=True)
 class UnmaskResponse(Message):
-    """Step 5, participant -> server: one kind of share per peer, never both; and the sender's
-    own self-mask seed (it survived: what its holders' shares would rebuild, revealed at once
-    so the server combines shares only for those who dropped after masking)."""
+    """Step 5, participant -> server: one kind of share per peer, never both."""
 
     kind: ClassVar[str] = "secagg-reveal"
     _fields: ClassVar[dict[str, str]] = {
         "sender": "str",
         "self_mask_shares": "bytes_map",
         "mask_key_shares": "bytes_map",
-        "own_seed": "bytes",
     }
     sender: str
     self_mask_shares: dict[str, bytes]
     mask_key_shares: dict[str, bytes]
-    own_seed: bytes
 
 
 MESSAGE_KINDS: dict[str, type[Message]] = {

@@ -4,12 +4,10 @@ For every step the server :meth:`~SecAggServer.receive` s the participants' mess
 duplicate, out-of-step or foreign one raises :class:`MessageRejected` and is not kept) and then
 closes the step with the broadcast of the next one. Each close needs at least ``t`` participants
 (``setup.threshold``); with fewer the round fails with :class:`RoundFailed`, which names the step
-and who is missing, and nothing is published. :meth:`~SecAggServer.aggregate` takes the
-self-mask seeds the answering survivors reveal themselves (checked against their commitments),
-rebuilds those of the other survivors and the mask-key seeds of those that dropped after
-sharing keys (from ``share_threshold`` shares each, checked against the commitment and the
-advertised public key), removes every mask and returns the sum of the survivors' inputs and
-nothing else.
+and who is missing, and nothing is published. :meth:`~SecAggServer.aggregate` rebuilds the
+self-mask seeds of the survivors and the mask-key seeds of those that dropped after sharing keys
+(from ``share_threshold`` shares each, checked against the commitment and the advertised public
+key), removes every mask and returns the sum of the survivors' inputs and nothing else.
 """
 
 from __future__ import annotations
@@ -174,11 +172,6 @@ class SecAggServer:
         shares = [*message.self_mask_shares.values(), *message.mask_key_shares.values()]
         if any(len(s) != SEED_BYTES for s in shares):
             raise MessageRejected(f"{message.sender!r} sent a malformed share")
-        own = self._received["shares"][message.sender]
-        if commitment(self.setup, message.sender, message.own_seed) != own.commitment:  # type: ignore[attr-defined]
-            raise MessageRejected(
-                f"the self-mask seed {message.sender!r} revealed is not the one it committed"
-            )
 
     # ------------------------------------------------------------------------- closing
     def _close(self, step: str, needed: int, what: str) -> tuple[str, ...]:
@@ -264,9 +257,6 @@ class SecAggServer:
         try:
             removed = []
             for owner in survivors:
-                if owner in responses:  # revealed by itself (checked against its commitment)
-                    removed.append(self_mask(responses[owner].own_seed, setup, owner))
-                    continue
                 seed = self._rebuild(owner, {r: m.self_mask_shares for r, m in responses.items()})
                 if commitment(setup, owner, seed) != shares[owner].commitment:
                     raise RoundFailed(f"the self-mask shares of {owner!r} do not match its seed")
