@@ -150,7 +150,7 @@ class LeaseBook:
         #: Epoch studies read at least once, by participant.
         self._read_epochs: dict[str, set[int]] = {}
         self._verified: dict[str, LeaseRecord] = {}
-        self._opened: dict[str, dict[str, Any]] = {}
+        self._opened: dict[tuple[str, int, str], dict[str, Any]] = {}
 
     @property
     def study_name(self) -> str:
@@ -222,8 +222,11 @@ class LeaseBook:
         trust = self.federation.trust
         if trust.server_keys is None:
             return {}
+        # Keyed by what the sealed fields are bound to as well: a participant's record carrying
+        # another's sealed fields (copied) must fail to open, not find them in the cache.
+        key = (record.client_id, record.epoch, record.sealed)
         with self._lock:
-            cached = self._opened.get(record.sealed)
+            cached = self._opened.get(key)
         if cached is not None:
             return cached
         try:
@@ -238,7 +241,7 @@ class LeaseBook:
         with self._lock:
             if len(self._opened) >= _CACHE:
                 self._opened.clear()
-            self._opened[record.sealed] = fields
+            self._opened[key] = fields
         return fields
 
     def state_of(self, record: LeaseRecord, now: float | None = None) -> ParticipantState:
