@@ -155,9 +155,9 @@ def test_each_worker_keeps_its_newest_record_and_a_replay_is_not_seen_live(
     now[0] += 10.0
     later = _record(fed, _sign(fed, state="finished"))
     book._observe(later, now[1])  # a newer record: half a ttl from now on
-    now[0] += 14.9
+    now[0] = 1024.9
     assert book.workers("a") == {1: later} and not book.departed(["a"])
-    now[0] += 0.2
+    now[0] = 1025.0  # exactly half the ttl since the newer record was first seen
     assert book.departed(["a"])
     other = _record(fed, _sign(fed, epoch=2))
     book._observe(other, now[1])  # another worker
@@ -213,9 +213,11 @@ def test_only_the_server_opens_the_sealed_fields_once_per_record(
     assert copied.host is None and copied.pid is None
     said = [r.getMessage() for r in caplog.records if "sealed fields of" in r.getMessage()]
     assert len(said) == 2 and "cannot be opened" in said[0] and "of 'b'" in said[1]
-    monkeypatch.setattr(book_module, "_CACHE", 1)
-    book.state_of(_record(fed, _sign(fed)))
-    assert len(book._opened) == 1
+    monkeypatch.setattr(book_module, "_CACHE", 2)
+    bounded = LeaseBook(fed)
+    for _ in range(3):
+        bounded.state_of(_record(fed, _sign(fed)))
+    assert len(bounded._opened) == 1  # full at two: emptied before keeping the third
     # A reader without the server's keys sees none of them (and opens nothing).
     reader = LeaseBook(fed)
     reader.federation = SimpleNamespace(trust=SimpleNamespace(server_keys=None))
@@ -250,6 +252,7 @@ def test_a_site_is_active_while_any_worker_is_and_sums_its_counts(
     quiet = LeaseBook(fed)
     quiet._observe(_record(fed, _sign(fed, private={"pid": 1})), now[1])
     assert quiet.site_state("a").counts is None
+    assert quiet.site_state("a", now=later).status == "lost"  # at the time asked about
 
 
 # ------------------------------------------------------------------------- epoch studies
@@ -269,11 +272,28 @@ def test_a_fresh_reader_finds_every_worker_in_its_epoch_study() -> None:
     writer = LeaseBook(fed)
     assert writer.claim("a", 1, first) and writer.claim("a", 2, second)
     assert not writer.claim("a", 2, second)  # taken
+    assert writer.records() == {"a": second}  # the leases study holds the newest claim too
     workers, top = LeaseBook(fed).scan("a")
     assert top == 2 and workers == {1: _record(fed, first), 2: _record(fed, second)}
+    # A record under an id that is not enrolled, stored before a's: ignored, a's still read.
+    leases = fed.storage.get_study_id_from_name(writer.study_name)
+    attrs = fed.storage.get_study_system_attrs(leases)
+    fed.storage.delete_study(leases)
+    leases = fed.storage.create_new_study([StudyDirection.MINIMIZE], writer.study_name)
+    for key, value in {"l:mallory": first, **attrs}.items():
+        fed.storage.set_study_system_attr(leases, key, value)
     reader = LeaseBook(fed)
     assert set(reader.states()) == {"a"} and reader.workers("a") == workers
     assert LeaseBook(fed).scan("b") == ({}, 0)
+
+
+def test_the_record_in_the_leases_study_counts_without_its_epoch_study() -> None:
+    fed = _fed()
+    first = _sign(fed)
+    writer = LeaseBook(fed)
+    writer.claim("a", 1, first)
+    fed.storage.delete_study(fed.storage.get_study_id_from_name(writer.epoch_study_name("a", 1)))
+    assert LeaseBook(fed).scan("a") == ({1: _record(fed, first)}, 0)
 
 
 def test_a_record_filed_under_another_epoch_is_ignored() -> None:
@@ -297,14 +317,18 @@ def test_the_reader_looks_past_a_deleted_epoch_study_it_starts_from() -> None:
 
 
 def test_the_reader_waits_for_the_record_of_an_epoch_being_claimed(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, propagate, caplog
 ) -> None:
     fed = _fed()
     text = _sign(fed)
     _file(fed, 1, None)  # created, its record not written yet
-    assert LeaseBook(fed).scan("a") == ({}, 1)  # not waiting: nothing yet
-    book = LeaseBook(fed)
     now = _clock(monkeypatch)
+    book_module.time.sleep = lambda seconds: pytest.fail("waited without being asked to")
+    with caplog.at_level(logging.WARNING):
+        assert LeaseBook(fed).scan("a") == ({}, 1)  # not waiting: nothing yet (no problem)
+    assert "Ignoring" not in caplog.text
+    assert LeaseBook(fed).states() == {}
+    book = LeaseBook(fed)
     polls = []
 
     def sleep(seconds: float) -> None:
@@ -319,8 +343,12 @@ def test_the_reader_waits_for_the_record_of_an_epoch_being_claimed(
     assert polls == [0.05] * 3
     polls.clear()
     _file(fed, 2, None)
+    now[0] = 1000.0
+    book_module.time.sleep = lambda seconds: (
+        polls.append(seconds) or now.__setitem__(0, now[0] + 0.25)
+    )
     assert book.scan("a", wait=0.5) == ({1: _record(fed, text)}, 2)  # gave up after 0.5 s
-    assert len(polls) in (10, 11) and now[0] >= 1000.5
+    assert len(polls) == 2 and now[0] == 1000.5
 
 
 def test_the_reader_does_not_wait_when_a_later_epoch_exists(
@@ -351,3 +379,74 @@ def test_a_confirmed_ended_worker_is_not_read_again(monkeypatch: pytest.MonkeyPa
     )
     assert book.scan("a")[1] == 2
     assert read == [2, 3]  # from the live worker's epoch on: epoch 1 ended, confirmed
+
+
+def test_reading_every_participant_never_waits_for_a_claim(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fed = _fed()
+    first = _sign(fed)
+    LeaseBook(fed).claim("a", 1, first)
+    _file(fed, 2, None)  # a second worker is claiming epoch 2
+    _clock(monkeypatch)
+    book_module.time.sleep = lambda seconds: pytest.fail("states() waited for a claim")
+    book = LeaseBook(fed)
+    assert book.states()["a"].epoch == 1 and book.workers("a") == {1: _record(fed, first)}
+
+
+def test_each_participant_s_older_epochs_are_read_once_for_it() -> None:
+    fed = _fed()
+    writer = LeaseBook(fed)
+    for client in ("a", "b"):  # a's records are stored first
+        writer.claim(client, 1, _sign(fed, client))
+        writer.claim(client, 2, _sign(fed, client, epoch=2))
+    book = LeaseBook(fed)
+    book.states()
+    assert set(book.workers("a")) == {1, 2} and set(book.workers("b")) == {1, 2}
+
+
+def test_a_live_worker_is_read_again_in_its_epoch_study() -> None:
+    fed = _fed()
+    writer = LeaseBook(fed)
+    writer.claim("a", 1, _sign(fed))
+    writer.claim("a", 2, _sign(fed, epoch=2))
+    book = LeaseBook(fed)
+    assert book.states()["a"].workers == 2
+    writer.write("a", 1, _sign(fed, state="finished"))  # worker 1 ends ...
+    writer.write("a", 2, _sign(fed, epoch=2))  # ... and worker 2 heartbeats after it
+    assert book.states()["a"].workers == 1 and book.live_workers("a") == 1
+
+
+def test_a_record_observed_live_at_any_time_counts_as_seen_live(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fed = _fed()
+    record = _record(fed, _sign(fed))
+    _clock(monkeypatch, wall=record.time + 100.0)  # the lease has expired since
+    book = LeaseBook(fed)
+    book._observe(record, record.time + 100.0)  # first seen expired ...
+    assert not book.departed(["a"])
+    book._observe(record, record.time)  # ... then the same record, at a time it was live
+    assert book.departed(["a"])
+
+
+def test_a_record_seen_only_in_the_leases_study_is_looked_for_in_its_epoch_study(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fed = _fed()
+    writer = LeaseBook(fed)
+    writer.claim("a", 1, _sign(fed))
+    writer.claim("a", 2, _sign(fed, epoch=2))
+    book = LeaseBook(fed)
+    book.states()  # both confirmed in their epoch studies
+    leases = fed.storage.get_study_id_from_name(writer.study_name)
+    fed.storage.set_study_system_attr(leases, "l:a", _sign(fed, state="finished"))
+    book.states()  # worker 1's newer record, from the leases study only
+    writer.write("a", 2, _sign(fed, epoch=2))  # worker 2 heartbeats: the leases study moves on
+    read = []
+    real = LeaseBook._epoch_attrs
+    monkeypatch.setattr(
+        LeaseBook, "_epoch_attrs", lambda self, c, e: read.append(e) or real(self, c, e)
+    )
+    book.states()
+    assert read[0] == 1  # not confirmed in epoch 1's study: looked for there again
