@@ -73,6 +73,7 @@ def test_a_deleted_main_study_is_damage_while_the_other_studies_remain() -> None
     error = missing_main_study(store)
     assert type(error) is FederationDamagedError and store.name in str(error)
     assert "restores the storage from a backup" in str(error)
+    assert str(error).endswith(f"is published or uploaded in {store.name!r} until then.")
     _delete(store, store.participants_study_name)  # nothing of it left: not found, not damaged
     error = missing_main_study(store)
     assert type(error) is FederationNotFoundError
@@ -86,10 +87,11 @@ def test_a_deleted_configuration_is_damage_while_the_other_studies_remain() -> N
         check_intact(store)
     error = missing_config(store)
     assert type(error) is FederationDamagedError and "restores the storage" in str(error)
+    assert str(error).endswith(f"is published or uploaded in {store.name!r} until then.")
     _delete(store, store.participants_study_name)  # a study of that name, not a federation
     error = missing_config(store)
     assert type(error) is FederationNotFoundError
-    assert "is not an optuna-fedbo federation" in str(error)
+    assert str(error).startswith(f"The study {store.name!r} exists but is not an optuna-fedbo")
     with pytest.raises(FederationNotFoundError) as raised:
         check_intact(store)
     assert type(raised.value) is FederationNotFoundError
@@ -162,3 +164,11 @@ def test_the_erasure_check_reads_the_study_every_second_and_the_uploads_every_te
     clock[0] = 120.0
     assert check.erased(federation, 0, clients) == ["c1"]
     assert len(reads) == 4
+
+
+def test_the_first_erasure_check_reads_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_damage, "time", SimpleNamespace(monotonic=lambda: 50.0))
+    store = _store()
+    _delete(store, store.uploads_study_name(0))
+    federation = SimpleNamespace(store=store, has_sent=lambda client, round_index: True)
+    assert ErasureCheck().erased(federation, 0, ["c0"]) == ["c0"]
