@@ -119,6 +119,7 @@ def _prepare(module: Module, settings: dict, workdir: Path) -> None:
         f"pytest_add_cli_args = {_toml_list(settings.get('pytest_args', []))}\n"
         f"pytest_add_cli_args_test_selection = {_toml_list(selection)}\n"
         "use_git_change_detection = false\n"
+        f"timeout_multiplier = {float(settings.get('timeout_multiplier', 15.0))}\n"
     )
     (workdir / "pyproject.toml").write_text(pyproject)
 

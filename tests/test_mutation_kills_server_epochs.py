@@ -55,6 +55,7 @@ def test_epochs_are_claimed_in_order_and_each_claim_is_signed() -> None:
     assert not store.has_server_epoch(1)
     assert store.claim_server_epoch() == 1 and store.has_server_epoch(1)
     assert store.claim_server_epoch() == 2
+    assert store.superseded(1) == 2 and store.superseded(2) is None
     claim = _claim_of(store, 2)
     assert claim["epoch"] == 2 and before <= claim["claimed_at"] <= time.time()
     _epoch_study(store, 3)  # a study someone else created
