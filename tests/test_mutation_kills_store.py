@@ -6,6 +6,7 @@ records count only when signed (written to kill mutants of ``benchmarks/mutation
 
 from __future__ import annotations
 
+from datetime import datetime
 import itertools
 import logging
 import time
@@ -56,6 +57,10 @@ def test_a_staged_broadcast_reads_back_verified_with_every_field() -> None:
     trial = store.storage.get_trial(trial_id)
     assert trial.state == TrialState.RUNNING and trial.value is None
     assert trial.system_attrs == {ROUND_KEY: 3, BROADCAST_KEY: signed}
+    # A well-formed Optuna trial (SQLite and PostgreSQL refuse anything else), stamped now.
+    assert trial.params == trial.distributions == trial.user_attrs == {}
+    assert trial.intermediate_values == {}
+    assert abs((datetime.now() - trial.datetime_start).total_seconds()) < 60
     broadcast = store.read_verified_broadcast(trial_id)
     assert (broadcast.trial_id, broadcast.round) == (trial_id, 3)
     assert broadcast.state == TrialState.RUNNING
@@ -177,6 +182,17 @@ def test_ledger_entries_verify_under_their_own_key_and_a_replaced_one_again(
     assert entries == {} and len(problems) == 2 and problems[0].startswith(f"entry {key!r}: ")
     store.storage.set_study_system_attr(study_id, key, trust.sign("ledger", {"round": "0"}))
     assert store.read_ledger()[0] == {}  # a malformed body (TypeError in ledger_key)
+
+
+def test_a_deleted_ledger_study_reads_empty_and_is_written_again() -> None:
+    store = _store()
+    digest = text_digest("P")
+    body = {"round": 0, "payload": digest}
+    store.write_ledger_entry(ledger_key(0, digest), body)
+    store.storage.delete_study(store.storage.get_study_id_from_name(store.ledger_study_name))
+    assert store.read_ledger() == ({}, [])  # (the ledger fails closed on its own count)
+    store.write_ledger_entry(ledger_key(0, digest), body)  # a new study, not the deleted one
+    assert store.read_ledger() == ({ledger_key(0, digest): body}, [])
 
 
 # ------------------------------------------------------------------ budget and heartbeat
