@@ -72,12 +72,15 @@ def test_an_epoch_the_reservation_refuses_or_a_race_lost_at_creation_is_skipped(
     assert store.claim_server_epoch(reserve=lambda e: asked.append(e) or e >= 3) == 3
     assert asked == [1, 2, 3] and not store.has_server_epoch(1)
     _epoch_study(store, 4)  # created by a racing server between the look and the create
-    seen = iter([False])
+    looks = []
     real = type(store).has_server_epoch
     monkeypatch.setattr(
-        type(store), "has_server_epoch", lambda self, e: next(seen, None) or real(self, e)
+        type(store),
+        "has_server_epoch",
+        lambda self, e: (looks.append(e) or e != 4) and real(self, e),  # 4: not there yet
     )
-    assert store.claim_server_epoch(start=4) == 5
+    assert store.claim_server_epoch(start=4) == 5  # creating 4 failed: the next one
+    assert looks == [4, 5]
     assert _claim_of(store, 5)["epoch"] == 5
 
 
