@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 
 import numpy as np
 from optuna.distributions import FloatDistribution
@@ -17,6 +18,7 @@ import pytest
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
+from optuna_fedbo.federation.dp_config import DPConfig
 from optuna_fedbo.federation.fts.messages import encode_broadcast
 from optuna_fedbo.federation.records import BROADCAST_KEY
 from optuna_fedbo.federation.records import LATEST_KEY
@@ -27,12 +29,13 @@ M = 4
 _names = itertools.count()
 
 
-def _federation() -> Federation:
+def _federation(privacy: DPConfig | None = None) -> Federation:
     fed = Federation.create(
         f"fts-commit-{next(_names)}",
         search_space={"x": FloatDistribution(0.0, 1.0)},
         n_clients=2,
         protocol=FTSConfig(n_features=M, n_init=1, aggregation="weighted"),
+        privacy=privacy,
         seed=2,
     )
     for i in range(2):
@@ -149,3 +152,24 @@ def test_a_restart_publishes_the_open_round_s_staged_broadcast_once_and_purges_o
     assert fed.store.latest()["trial_id"] == pending and restarted.open_round == 2
     assert fed.storage.get_trial(pending).state == TrialState.COMPLETE
     assert _uploads_study_exists(fed, 2)
+
+
+def test_a_round_refused_for_the_budget_releases_nothing_and_says_so_at_once() -> None:
+    base = DPConfig(1.0, 0.5, 4.0, accountant="moments")
+    budget = base.epsilon(1, 2)  # exactly one round
+    fed = _federation(DPConfig(1.0, 0.5, 4.0, accountant="moments", epsilon_budget=budget))
+    server = FederationServer(fed, heartbeat_interval=3600.0)
+    _upload(fed, 0)
+    assert server.step().round == 0
+    beat = fed.store.server_status()["heartbeat"]
+    _upload(fed, 1)
+    before = time.time()
+    report = server.step()
+    record = fed.budget_exhausted()
+    assert report.budget_exhausted is True and report.published is False
+    assert (report.round, report.reason) == (1, "budget")
+    assert (report.n_contributors, report.contributors, report.rejected) == (0, (), ())
+    assert report.epsilon == record["epsilon"] == pytest.approx(budget)
+    assert report.delta == record["delta"] and type(report.delta) is float
+    assert before <= report.published_at <= time.time()
+    assert fed.store.server_status()["heartbeat"] > beat  # the operator sees it at once
