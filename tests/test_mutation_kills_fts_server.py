@@ -173,3 +173,62 @@ def test_a_round_refused_for_the_budget_releases_nothing_and_says_so_at_once() -
     assert report.delta == record["delta"] and type(report.delta) is float
     assert before <= report.published_at <= time.time()
     assert fed.store.server_status()["heartbeat"] > beat  # the operator sees it at once
+
+
+_PRIVACY = DPConfig(1.0, 0.5, 4.0, accountant="moments")
+
+
+def _restart_after_a_crash_at_commit(
+    fed: Federation, monkeypatch: pytest.MonkeyPatch
+) -> FederationServer:
+    """Round 0 is accounted and staged, then the server dies before committing it."""
+    server = FederationServer(fed)
+    _upload(fed, 0)
+    monkeypatch.setattr(
+        fed.store, "commit_broadcast", lambda *a: (_ for _ in ()).throw(OSError("power cut"))
+    )
+    with pytest.raises(OSError, match="power cut"):
+        server.step()
+    monkeypatch.undo()
+    return _restart(fed)
+
+
+def test_a_staged_accounted_round_found_at_restart_is_published_with_its_entry(
+    monkeypatch: pytest.MonkeyPatch, propagate, caplog
+) -> None:
+    fed = _federation(_PRIVACY)
+    with caplog.at_level(logging.WARNING):
+        restarted = _restart_after_a_crash_at_commit(fed, monkeypatch)
+        report = restarted.step()
+    (entry,) = fed.ledger_entries()  # accounted once, not again at restart
+    assert (report.round, report.reason) == (0, "resumed")
+    assert report.epsilon == entry.epsilon and report.delta == entry.delta is not None
+    assert report.noise_std == entry.noise_std is not None
+    assert fed.storage.get_trial(fed.store.latest()["trial_id"]).value == -1.0  # withheld
+    assert "staged unaccounted" not in caplog.text
+
+
+def test_a_staged_unaccounted_round_found_at_restart_is_accounted_before_it_is_published(
+    propagate, caplog
+) -> None:
+    fed = _federation(_PRIVACY)
+    FederationServer(fed)  # claims epoch 1
+    payload = encode_broadcast(
+        round_index=0,
+        aggregation="weighted",
+        vectors=np.ones((1, M)),
+        n_contributors=-1,
+        config_hash=fed.config_hash,
+        feature_block=0,
+    )
+    fed.store.stage_broadcast(0, fed.store.sign_broadcast(0, payload, epoch=1))
+    with caplog.at_level(logging.WARNING):
+        restarted = _restart(fed)  # epoch 2
+        report = restarted.step()
+    assert "Round 0 was staged unaccounted; accounting it now" in caplog.text
+    (entry,) = fed.ledger_entries()
+    assert entry.payload == text_digest(payload) and entry.epoch == 2
+    phi_max = float(restarted._subregion_weights(0).max())
+    assert entry.phi_max == phi_max > 0.0
+    assert entry.noise_std == pytest.approx(1.0 * phi_max * 4.0 / 0.5)
+    assert report.epsilon == entry.epsilon and report.noise_std == entry.noise_std
