@@ -113,8 +113,10 @@ def test_a_restart_moves_an_older_pointer_written_back_to_the_newest_round() -> 
     assert server.step().round == 1
     main = fed.storage.get_study_id_from_name(fed.name)
     fed.storage.set_study_system_attr(main, LATEST_KEY, old)  # rolled back by someone
+    open_uploads = fed.store.uploads_study_name(2)
+    fed.storage.delete_study(fed.storage.get_study_id_from_name(open_uploads))  # and deleted
     restarted = _restart(fed)
-    assert restarted.open_round == 2
+    assert restarted.open_round == 2 and _uploads_study_exists(fed, 2)  # open again
     pointer = fed.trust.verify("latest", fed.store.main_attrs()[LATEST_KEY])
     assert pointer["round"] == 1
 
@@ -173,6 +175,8 @@ def test_a_round_refused_for_the_budget_releases_nothing_and_says_so_at_once() -
     assert report.delta == record["delta"] and type(report.delta) is float
     assert before <= report.published_at <= time.time()
     assert fed.store.server_status()["heartbeat"] > beat  # the operator sees it at once
+    assert not _uploads_study_exists(fed, 1)  # discarded, and not opened again by a restart
+    assert _restart(fed).budget_exhausted is not None and not _uploads_study_exists(fed, 1)
 
 
 _PRIVACY = DPConfig(1.0, 0.5, 4.0, accountant="moments")
@@ -232,3 +236,18 @@ def test_a_staged_unaccounted_round_found_at_restart_is_accounted_before_it_is_p
     assert entry.phi_max == phi_max > 0.0
     assert entry.noise_std == pytest.approx(1.0 * phi_max * 4.0 / 0.5)
     assert report.epsilon == entry.epsilon and report.noise_std == entry.noise_std
+
+
+def test_a_published_round_reports_when_and_what_and_heartbeats_at_once() -> None:
+    fed = _federation()
+    server = FederationServer(fed, heartbeat_interval=3600.0)
+    assert server.step() is None  # nothing uploaded yet: the first heartbeat only
+    assert fed.store.server_status()["open_round"] == 0
+    _upload(fed, 0)
+    before = time.time()
+    report = server.step()
+    assert before <= report.published_at <= time.time()
+    omegas = [np.linalg.norm(np.linspace(-1.0, 1.0, M) * (i + 1)) for i in range(2)]
+    assert report.upload_norms == pytest.approx(tuple(omegas))
+    assert (report.epsilon, report.delta, report.noise_std) == (None, None, None)
+    assert fed.store.server_status()["open_round"] == 1  # not an hour later
