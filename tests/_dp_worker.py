@@ -36,7 +36,7 @@ def main() -> int:
         client_id,
         synchronous=True,
         sync_timeout=None,  # never give up waiting: only the budget state may end a wait
-        poll_interval=0.02,
+        poll_interval=0.1,
         n_candidates=128,
         seed=int(seed),
     )

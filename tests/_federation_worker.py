@@ -37,7 +37,7 @@ def main() -> int:
         client_id=client_id,
         synchronous=True,
         sync_timeout=120.0,
-        poll_interval=0.02,
+        poll_interval=0.1,
         n_candidates=128,
         seed=int(seed),
     )

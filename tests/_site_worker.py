@@ -37,7 +37,7 @@ def main() -> None:
         client_id=args.client_id,
         seed=args.seed,
         lease_ttl=args.lease_ttl,
-        poll_interval=0.02,
+        poll_interval=0.1,
         n_candidates=64,
         worker=args.worker,
     )

@@ -47,7 +47,7 @@ def _run(storage: str) -> None:
     server = subprocess.Popen(
         [
             sys.executable, "-m", "optuna_fedbo.federation.cli", "serve",
-            "--storage", storage, "--name", name, "--poll-interval", "0.02", "--timeout", "200",
+            "--storage", storage, "--name", name, "--poll-interval", "0.1", "--timeout", "200",
             "--round-timeout", "none",
         ],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,

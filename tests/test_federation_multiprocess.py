@@ -50,7 +50,7 @@ def _run_federation(storage: str) -> None:
             "--name",
             name,
             "--poll-interval",
-            "0.02",
+            "0.1",
             "--max-rounds",
             str(N_ROUNDS),
             "--timeout",

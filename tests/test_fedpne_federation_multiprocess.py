@@ -57,7 +57,7 @@ def _worker(storage: str, name: str, client_id: str, n_trials: int, journal: str
 
     logging.getLogger("optuna_fedbo").addHandler(Collect(level=logging.WARNING))
     federation = Federation.load(name, storage)
-    sampler = FedPNESampler(federation, client_id, phase_timeout=120.0, poll_interval=0.02)
+    sampler = FedPNESampler(federation, client_id, phase_timeout=120.0, poll_interval=0.1)
     study = optuna.create_study(
         study_name=client_id,
         storage=optuna.storages.JournalStorage(
@@ -124,7 +124,7 @@ def _run_federation(storage: str, tmp_path: Path) -> None:
 
     server = subprocess.Popen(
         [sys.executable, "-m", "optuna_fedbo.federation.cli", "serve", "--storage", storage]
-        + ["--name", name, "--poll-interval", "0.02", "--timeout", "240"]
+        + ["--name", name, "--poll-interval", "0.1", "--timeout", "240"]
         + ["--round-timeout", "none"],  # the paper's lock-step: every phase complete
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -616,3 +616,26 @@ def test_a_participant_standardizes_by_the_reference_of_its_first_statistics() -
     frozen = secure_input(later, M, cap, reference_of(first, M))
     np.testing.assert_allclose(offered, frozen)
     assert not np.allclose(offered, secure_input(later, M, cap))  # not its own newest mean
+
+
+def test_an_input_whose_sum_was_unmasked_is_never_masked_again(capture_sum, caplog) -> None:
+    """A server that unmasks an attempt's sum and then starts the round over (a deviating
+    server, or one restarted before it published) gets no second sum of the same inputs: the
+    participants that answered the unmask request sit out until they have new inputs."""
+    fed = _federation()
+    driven = _Round(fed, FederationServer(fed))
+    driven.upload([f"c{i}" for i in range(4)])
+    _advance_to(driven, "unmask")
+    for participant in driven.driver._participants.values():
+        participant.poll()  # every survivor answers the unmask request: the sum can be had
+    driven.server = FederationServer(fed)  # and the round starts over instead of publishing
+    with caplog.at_level(logging.WARNING):
+        assert driven.run() is None
+    assert _coordinator(driven.server).attempt.attempt == 1
+    assert fed.status().secure_aggregation["taking_part"] == []
+    assert "its input is never masked again" in caplog.text
+    assert capture_sum == []
+    driven.upload([f"c{i}" for i in range(4)], n=7)  # their next inputs take part
+    report = driven.run()
+    assert report is not None and report.published and report.n_contributors == 4
+    assert len(capture_sum) == 1

@@ -143,7 +143,7 @@ WORKER = Path(__file__).with_name("_federation_worker.py")
 def _serve(url: str, name: str, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "optuna_fedbo.federation.cli", "serve", "--storage", url,
-         "--name", name, "--poll-interval", "0.02", "--timeout", "150", *extra],
+         "--name", name, "--poll-interval", "0.1", "--timeout", "150", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
     )  # fmt: skip
 

@@ -403,7 +403,7 @@ def test_a_spy_with_the_storage_url_recovers_no_vector(kind: str, tmp_path: Path
     python = sys.executable
     server = subprocess.Popen(
         [python, "-m", "optuna_fedbo.federation.cli", "serve", "--storage", storage,
-         "--name", name, "--poll-interval", "0.02", "--timeout", "120", "--max-rounds", "5"],
+         "--name", name, "--poll-interval", "0.1", "--timeout", "120", "--max-rounds", "5"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
     )  # fmt: skip
     assert "serving" in server.stdout.readline()  # participants start once a server runs

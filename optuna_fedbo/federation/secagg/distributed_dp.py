@@ -30,12 +30,14 @@ the ledger the same epsilon.
   ``V`` and ``N`` carry ``N V / t`` (up to twice the noise variance the central mechanism needs).
 * What remains: participants colluding with the server can subtract their own shares (the
   guarantee holds while ``t`` honest participants' noise is in the sum); a malicious participant
-  can send any input within the ring; a server that deviates from the protocol (unmasks, then
-  claims the attempt failed and runs another of the same round) can obtain sums over different
-  survivor sets of the same noised inputs (a participant re-sends the input it noised once per
-  upload, never fresh noise for the same input), which the ledger, written by that server, does
-  not count. Against an honest-but-curious server that runs this code, every sum it computes is
-  accounted before it leaves the server process.
+  can send any input within the ring. A server that deviates from the protocol (unmasks, then
+  claims the attempt failed and runs another of the same round) gets no second sum of the same
+  noised inputs (a participant that answered an unmask request never masks that input again:
+  :class:`~optuna_fedbo.federation.secagg.participant.SecAggParticipant`), but it can get one sum
+  per such attempt of the participants' next inputs, with fresh noise, which the ledger, written
+  by that server, does not count (participants do not count their own releases). Against an
+  honest-but-curious server that runs this code, every sum it computes is accounted before it
+  leaves the server process.
 """
 
 from __future__ import annotations

@@ -78,6 +78,8 @@ class SecAggParticipant:
         self._input: np.ndarray | None = None
         self._encoded = False
         self._fresh = False
+        #: Whether the input was in a sum this participant helped unmask (never masked again).
+        self._revealed = False
         self._attempt: tuple[int, int] | None = None  # (round, attempt) it takes part in
         self._client: SecAggClient | None = None
         self._counter = 0
@@ -98,6 +100,7 @@ class SecAggParticipant:
             self._input = np.array(vector, dtype=np.uint64 if encoded else float)
             self._encoded = encoded
             self._fresh = True
+            self._revealed = False
 
     @property
     def busy(self) -> bool:
@@ -149,8 +152,20 @@ class SecAggParticipant:
         if self._attempt != (round_index, attempt):
             if self._attempt is not None and self._attempt[0] == round_index:
                 # The round starts over (an attempt failed, or the server restarted): an input
-                # masked in the abandoned attempt was never summed, so it goes to this one.
-                self._fresh = self._input is not None
+                # masked in an attempt that failed before its unmask step was never summed, so
+                # it goes to this one. An input whose sum this participant helped unmask never
+                # does: a server that claims such an attempt failed would otherwise get a second
+                # sum over other survivors of the same inputs, and the difference of the two.
+                # (The >= t participants that unmasked a sum all sit out, and t > N / 2, so no
+                # later attempt of the round reaches t with those inputs.)
+                self._fresh = self._input is not None and not self._revealed
+                if self._revealed:
+                    self._say(
+                        f"{self.client_id}: round {round_index} starts over after attempt "
+                        f"{self._attempt[1]}, whose sum it helped unmask; its input is never "
+                        "masked again (it takes part with its next one).",
+                        warning=True,
+                    )
             self._client = None
             if not self._join(round_index, attempt, entries):
                 return
@@ -183,6 +198,8 @@ class SecAggParticipant:
             else:
                 answer: Callable[[Any], Message] = getattr(client, client.step)
                 self._send(round_index, attempt, step, answer(request))
+                if step == "unmask" and (round_index, attempt) in self.masked_rounds:
+                    self._revealed = True
 
     def _bundle(self, round_index: int, attempt: int, index: str) -> str | None:
         """This participant's bundle record, found through the server's index of them
