@@ -37,7 +37,8 @@ GPSampler and to the best stock sampler; paired wins against GPSampler over the 
 standard error of the paired per-site-run difference to GPSampler.
 
 Run: ``nice -n 10 python benchmarks/fts_value_tuning.py --family krr-diabetes --seeds 6``;
-``--cost 50`` times the participant, the server's round and TPE per trial at 21-50 trials.
+``--cost 200`` times the participant, the server's round and TPE per trial at 20, 50, 100 and 200
+trials.
 """
 
 from __future__ import annotations
@@ -323,8 +324,9 @@ def report(family: str, per_seed: list[dict[str, np.ndarray]], seconds: dict[str
 
 
 def cost(n_trials: int, dims: int) -> None:
-    """CPU ms per trial from trial 21 on: a participant of a two-site federation (in memory, the
-    server closing a round after each pair of trials; its step timed apart) and TPE."""
+    """CPU ms per trial over the ten trials up to 20, 50, 100 and 200: a participant of a
+    two-site federation (in memory, the server closing a round after each pair of trials; its
+    step timed apart and divided by the two participants) and TPE, in one run."""
     from optuna_fedbo import Federation
     from optuna_fedbo import FederationServer
     from optuna_fedbo import FedTransferSampler
@@ -355,12 +357,15 @@ def cost(n_trials: int, dims: int) -> None:
         start = time.process_time()
         server.step(force=True)
         server_ms.append(time.process_time() - start)
-    window = slice(20, n_trials)
-    print(
-        f"{dims}-D, trials 21-{n_trials}, CPU ms: participant "
-        f"{1000 * np.mean(site_ms[window]):.1f}, server per round of 2 "
-        f"{1000 * np.mean(server_ms[window]):.1f}, TPE {1000 * np.mean(tpe_ms[window]):.1f}"
-    )
+    for end in (20, 50, 100, 200):
+        if end > n_trials:
+            break
+        window = slice(end - 10, end)  # the ten trials up to ``end``
+        print(
+            f"{dims}-D, trials {end - 9}-{end}, CPU ms per trial: participant "
+            f"{1000 * np.mean(site_ms[window]):.1f}, server per participant "
+            f"{500 * np.mean(server_ms[window]):.1f}, TPE {1000 * np.mean(tpe_ms[window]):.1f}"
+        )
 
 
 def main() -> None:
@@ -371,12 +376,13 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=30)
     parser.add_argument("--methods", default="random,tpe,qmc,cmaes,gp,local-gp,fed_solo")
     parser.add_argument("--cost", type=int, default=0, help="only time N trials (3-D, 4-D)")
+    parser.add_argument("--cost-dims", default="3,4", help="dimensions timed by --cost")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=ExperimentalWarning)
     if args.cost:
-        for dims in (3, 4):
-            cost(args.cost, dims)
+        for dims in args.cost_dims.split(","):
+            cost(args.cost, int(dims))
         return
     methods = args.methods.split(",")
     per_seed = []
