@@ -33,12 +33,7 @@ where the acquisition puts the next trial. :class:`OneStepRanking` scores that: 
 trial both models (the own GP, and the GP with the broadcast as prior mean) predict the chosen
 point; once its value is known, each model's loss is the fraction of earlier observations it
 ordered the new one against wrongly. When, over the latest trials, the own GP ordered the new
-observations better (or, over a full window, as well), the participant uses its own GP alone:
-once it has had the time, the broadcast must earn its place out of sample. (The broadcast is
-pooled from everyone's statistics, its own included, so in sample it ranks the participant's
-own observations well even where the other sites are unrelated: with independent 2-D GP
-draws per site, 6 sites, the ranking and prior weights stayed at 0.4-0.9 from 5 to 11
-observations.)
+observations better, the participant uses its own GP alone.
 """
 
 from __future__ import annotations
@@ -217,12 +212,8 @@ class OneStepRanking:
         self._losses.append((float(own), float(transfer)))
 
     def own_is_better(self) -> bool:
-        """Whether the own model misordered less over the window, or as much once the window is
-        full (early ties favour the transfer, later ones the own model; an empty window the
-        transfer)."""
+        """Whether the own model misordered less over the window (ties favour the transfer)."""
         if not self._losses:
             return False
         own, transfer = np.sum(np.asarray(self._losses), axis=0)
-        if len(self._losses) == self._losses.maxlen:
-            return bool(own <= transfer)
         return bool(own < transfer)

@@ -54,9 +54,8 @@ class FedTransferSampler(FTSParticipant):
       hyperparameters are refitted (once the observations have grown by 10%) or when a
       broadcast comes on another feature block; in between each new broadcast enters with the
       last weight. Without a broadcast the GP has no prior mean. When, over the latest ten
-      trials, the participant's GP alone ordered each new value against the earlier ones
-      better than the GP with the broadcast did (over a full window of ten: as well; both
-      predicting it before it was observed:
+      trials, the participant's GP alone ordered each new value against the earlier ones better
+      than the GP with the broadcast did (both predicting it before it was observed:
       :class:`~optuna_fedbo.core.transfer.OneStepRanking`), the trial uses the GP alone (mode
       ``"own"``).
 
@@ -149,8 +148,7 @@ class FedTransferSampler(FTSParticipant):
         participant's own GP does by leave-one-out prediction
         (:func:`~optuna_fedbo.core.transfer.ranking_weight`): once the own data know better,
         the broadcast fades out. A useless or misleading broadcast leaves the plain local GP,
-        and so does a broadcast that ordered the latest new trials worse than the own GP did (over
-        ten, no better)
+        and so does a broadcast that ordered the latest new trials worse than the own GP did
         (:class:`~optuna_fedbo.core.transfer.OneStepRanking`).
         """
         broadcast = self._usable_broadcast()
