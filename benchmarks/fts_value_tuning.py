@@ -19,13 +19,26 @@ Families (``--family``):
   Nelder-Mead from its three best points (cached under ``benchmarks/results/cache``).
 * ``gp2d-independent``: independent 2-D GP draws (lengthscale 0.2, noise 0.01), one per site
   (:func:`benchmarks.fts_value.gp_problem`).
+* ``rotated``: moved optima. Every site maximizes its own instance of one multimodal family,
+  the negated 4-D Styblinski-Tang function ``-0.5 sum(z^4 - 16 z^2 + 5 z)`` (16 local
+  optima) at ``z = 6 R_n (x - c_n) + z*`` on ``[0, 1]^4``: ``R_n`` a random rotation and the
+  optimum ``c_n`` uniform in ``[0.2, 0.8]^4``, both the site's own. The sites share the
+  landscape's shape (value scale, curvature, spacing of the local optima), not where it is.
+* ``shifted``: one such instance, each site's optimum moved by ``N(0, 0.05^2)`` per axis.
+Regret on these two is the gap to the (known) optimum over the gap between the optimum and the
+function's median over the cube (a site's median point has regret 1; a local optimum one axis
+off the global one about 0.04).
+
+Methods (``--methods``) also ``fed``: the default :class:`~optuna_fedbo.FedTransferSampler` in
+a federation of all the sites (:func:`~optuna_fedbo.simulation.simulate`, lock-step rounds).
 
 Reported per family: mean regret (over seeds x sites) at 5, 10, 20 and 30 trials; the ratio to
 GPSampler and to the best stock sampler; paired wins against GPSampler over the site-runs; the
 standard error of the paired per-site-run difference to GPSampler.
 
 Run: ``nice -n 10 python benchmarks/fts_value_tuning.py --family krr-diabetes --seeds 6``;
-``--cost 50`` times the participant, the server's round and TPE per trial at 21-50 trials.
+``--cost 200`` times the participant, the server's round and TPE per trial at 20, 50, 100 and 200
+trials.
 """
 
 from __future__ import annotations
@@ -156,9 +169,48 @@ def _grid_reference(
     return best
 
 
+def styblinski_problem(n_sites: int, seed: int, relation: str) -> Problem:
+    """Rotated 4-D Styblinski-Tang instances: ``rotated`` or ``shifted`` (see the docstring)."""
+    import scipy.stats
+
+    dims = 4
+    rng = np.random.default_rng([seed, 28, 4])
+    space = {f"x{i}": optuna.distributions.FloatDistribution(0.0, 1.0) for i in range(dims)}
+    z_star = np.full(dims, -2.903534)
+    rotation = scipy.stats.special_ortho_group.rvs(dims, random_state=rng)
+    centre = rng.uniform(0.2, 0.8, dims)
+    dense = rng.uniform(size=(20000, dims))
+    objectives, optima = [], []
+    for _ in range(n_sites):
+        if relation == "rotated":
+            rotation = scipy.stats.special_ortho_group.rvs(dims, random_state=rng)
+            own = rng.uniform(0.2, 0.8, dims)
+        else:
+            own = np.clip(centre + 0.05 * rng.standard_normal(dims), 0.05, 0.95)
+
+        def raw(x, rotation=rotation, own=own):
+            z = 6.0 * (np.atleast_2d(x) - own) @ rotation.T + z_star
+            return -0.5 * np.sum(z**4 - 16.0 * z**2 + 5.0 * z, axis=-1)
+
+        high = float(raw(own)[0])
+        low = float(np.median(raw(dense)))
+
+        def objective(trial, raw=raw, low=low, high=high):
+            x = np.array([[trial.suggest_float(name, 0.0, 1.0) for name in space]])
+            value = float(raw(x)[0])
+            trial.set_user_attr(TRUE_ATTR, (value - low) / (high - low))
+            return value
+
+        objectives.append(objective)
+        optima.append((1.0, 1.0))
+    return Problem(f"styblinski4-6 {relation} N={n_sites}", space, objectives, optima)
+
+
 FAMILIES: dict[str, Callable[[int, int], Problem]] = {
     "krr-diabetes": krr_problem,
     "gp2d-independent": lambda n, s: gp_problem(2, 0.2, "independent", n, s),
+    "rotated": lambda n, s: styblinski_problem(n, s, "rotated"),
+    "shifted": lambda n, s: styblinski_problem(n, s, "shifted"),
 }
 
 
@@ -173,6 +225,16 @@ def run_method(problem: Problem, name: str, seed: int, n_trials: int) -> np.ndar
         )
         if os.path.exists(cache):
             return np.load(cache)
+    if name == "fed":
+        result = simulate(
+            problem.objectives,
+            search_space=problem.space,
+            n_rounds=n_trials - FTSConfig().n_init,
+            protocol=FTSConfig(),
+            seed=seed,
+            progress=False,
+        )
+        return np.array([true_values(s, n_trials) for s in result.studies])
     rows = []
     for n, objective in enumerate(problem.objectives):
         if name == "fed_solo":
@@ -240,11 +302,31 @@ def report(family: str, per_seed: list[dict[str, np.ndarray]], seconds: dict[str
         line += f"{seconds.get(m, float('nan')):7.1f}"
         print(line)
     print("wins@t: site-runs with lower / higher regret than gp; se: of the paired difference")
+    best_at = {t: min(stock, key=lambda s: runs[s][:, t - 1].mean()) for t in CHECKPOINTS}
+    print(
+        "against the best stock sampler at t: "
+        + ", ".join(f"{best_at[t]}@{t}" for t in (10, 20, 30))
+    )
+    print(
+        f"{'method':10s}"
+        + "".join(f"{'wins@' + str(t):>10s}{'diff+-se':>18s}" for t in (10, 20, 30))
+    )
+    for m in methods:
+        if m in STOCK:
+            continue
+        line = f"{m:10s}"
+        for t in (10, 20, 30):
+            diff = runs[m][:, t - 1] - runs[best_at[t]][:, t - 1]
+            se = diff.std(ddof=1) / np.sqrt(n_runs)
+            line += f"{int(np.sum(diff < 0)):5d}/{int(np.sum(diff > 0)):<4d}"
+            line += f"{diff.mean():+9.4f}+-{se:.4f}"
+        print(line)
 
 
 def cost(n_trials: int, dims: int) -> None:
-    """CPU ms per trial from trial 21 on: a participant of a two-site federation (in memory, the
-    server closing a round after each pair of trials; its step timed apart) and TPE."""
+    """CPU ms per trial over the ten trials up to 20, 50, 100 and 200: a participant of a
+    two-site federation (in memory, the server closing a round after each pair of trials; its
+    step timed apart and divided by the two participants) and TPE, in one run."""
     from optuna_fedbo import Federation
     from optuna_fedbo import FederationServer
     from optuna_fedbo import FedTransferSampler
@@ -275,12 +357,15 @@ def cost(n_trials: int, dims: int) -> None:
         start = time.process_time()
         server.step(force=True)
         server_ms.append(time.process_time() - start)
-    window = slice(20, n_trials)
-    print(
-        f"{dims}-D, trials 21-{n_trials}, CPU ms: participant "
-        f"{1000 * np.mean(site_ms[window]):.1f}, server per round of 2 "
-        f"{1000 * np.mean(server_ms[window]):.1f}, TPE {1000 * np.mean(tpe_ms[window]):.1f}"
-    )
+    for end in (20, 50, 100, 200):
+        if end > n_trials:
+            break
+        window = slice(end - 10, end)  # the ten trials up to ``end``
+        print(
+            f"{dims}-D, trials {end - 9}-{end}, CPU ms per trial: participant "
+            f"{1000 * np.mean(site_ms[window]):.1f}, server per participant "
+            f"{500 * np.mean(server_ms[window]):.1f}, TPE {1000 * np.mean(tpe_ms[window]):.1f}"
+        )
 
 
 def main() -> None:
@@ -291,12 +376,13 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=30)
     parser.add_argument("--methods", default="random,tpe,qmc,cmaes,gp,local-gp,fed_solo")
     parser.add_argument("--cost", type=int, default=0, help="only time N trials (3-D, 4-D)")
+    parser.add_argument("--cost-dims", default="3,4", help="dimensions timed by --cost")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=ExperimentalWarning)
     if args.cost:
-        for dims in (3, 4):
-            cost(args.cost, dims)
+        for dims in args.cost_dims.split(","):
+            cost(args.cost, int(dims))
         return
     methods = args.methods.split(",")
     per_seed = []

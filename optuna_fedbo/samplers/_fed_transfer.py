@@ -26,6 +26,8 @@ from optuna_fedbo.core.gp_fit import update_gp
 from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.transfer import prior_weight
 from optuna_fedbo.core.transfer import ranking_weight
+from optuna_fedbo.core.warping import TailWarp
+from optuna_fedbo.core.warping import WarpedFunction
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fts.messages import Broadcast
 from optuna_fedbo.samplers._fts_participant import FTSParticipant
@@ -176,7 +178,10 @@ class FedTransferSampler(FTSParticipant):
             )
         own_is_better = one_step_ranking(study).own_is_better()  # any worker's trials
         n = len(values)
-        own, own_fit = update_gp(points, values, own_fit, self._rng)
+        # The GPs model the values with their lower tail compressed (core/warping.py).
+        warp = TailWarp(values)
+        warped = warp(values)
+        own, own_fit = update_gp(points, warped, own_fit, self._rng)
         gp, prior_function, transfer = own, None, None
         if function is None:
             self._record(study, trial, "fallback")
@@ -205,9 +210,11 @@ class FedTransferSampler(FTSParticipant):
                 weight *= ranking_weight(at_own, *own.leave_one_out(), own.y, self._rng)
                 weighed = (n, block, weight)
             weight = weighed[2]
-            transfer_prior = ScaledFunction(function, weight / spread, -weight * shift / spread)
+            transfer_prior = WarpedFunction(
+                ScaledFunction(function, weight / spread, -weight * shift / spread), warp
+            )
             transfer_gp, transfer_fit = update_gp(
-                points, values, transfer_fit, self._rng, prior_mean=weight * at_points
+                points, warped, transfer_fit, self._rng, prior_mean=warp(weight * at_points)
             )
             transfer = (transfer_gp, transfer_prior)
             if own_is_better:
@@ -229,7 +236,7 @@ class FedTransferSampler(FTSParticipant):
         at_running = None if prior_function is None else prior_function.values(running)
         gp = believe(gp, running, at_running)  # the incumbent counts their believed values
         point = maximize_on_gp(
-            LogExpectedImprovement(gp, float(max(values.max(), gp.y.max())), prior_function),
+            LogExpectedImprovement(gp, float(max(warped.max(), gp.y.max())), prior_function),
             gp,
             self._encoder.encoding,
             self._rng,
@@ -241,10 +248,13 @@ class FedTransferSampler(FTSParticipant):
         if transfer is not None:
             # Both models' predictions of the chosen point, scored once it is observed.
             x = point[None, :]
-            own_prediction = float(own.predict(x, return_std=False)[0][0])
+            # In the values' units (the one-step scores compare them with the values).
+            own_prediction = float(warp.inverse(own.predict(x, return_std=False)[0])[0])
             transfer_gp, transfer_prior = transfer
             transfer_prediction = float(
-                transfer_gp.predict(x, transfer_prior.values(x), return_std=False)[0][0]
+                warp.inverse(
+                    transfer_gp.predict(x, transfer_prior.values(x), return_std=False)[0]
+                )[0]
             )
             with self._lock:
                 self._predictions[trial._trial_id] = (
