@@ -13,6 +13,7 @@ from optuna_fedbo.federation import DPConfig
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
+from optuna_fedbo.federation.store import FederationStore
 
 M = 6
 SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
@@ -33,6 +34,18 @@ def federation(storage: object = None, *, privacy: object = DP, n_clients: int =
     for i in range(n_clients):
         fed.join(f"c{i}")
     return fed
+
+
+def small_store(prefix: str) -> FederationStore:
+    """The store of a new two-participant, one-parameter FTS federation (nobody joined)."""
+    fed = Federation.create(
+        f"{prefix}-{os.getpid()}-{next(_names)}",
+        search_space={"x": FloatDistribution(0.0, 1.0)},
+        n_clients=2,
+        protocol=FTSConfig(n_features=4, n_init=1),
+        seed=5,
+    )
+    return fed.store
 
 
 def upload_all(fed: Federation) -> None:

@@ -6,17 +6,14 @@ participant's erasure check reads the storage only at its intervals (written to 
 
 from __future__ import annotations
 
-import itertools
 import logging
 from types import SimpleNamespace
 
-from optuna.distributions import FloatDistribution
+from _trust_federation import small_store
 from optuna.study import StudyDirection
 import pytest
 
 from optuna_fedbo.federation import _damage
-from optuna_fedbo.federation import Federation
-from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation._damage import check_intact
 from optuna_fedbo.federation._damage import ErasureCheck
 from optuna_fedbo.federation._damage import FederationDamagedError
@@ -27,18 +24,9 @@ from optuna_fedbo.federation._damage import reopen_uploads
 from optuna_fedbo.federation.records import CONFIG_KEY
 from optuna_fedbo.federation.store import FederationStore
 
-_names = itertools.count()
-
 
 def _store() -> FederationStore:
-    fed = Federation.create(
-        f"damage-kills-{next(_names)}",
-        search_space={"x": FloatDistribution(0.0, 1.0)},
-        n_clients=2,
-        protocol=FTSConfig(n_features=4, n_init=1),
-        seed=5,
-    )
-    return fed.store
+    return small_store("damage-kills")
 
 
 def _delete(store: FederationStore, study_name: str) -> None:

@@ -6,31 +6,18 @@ genuine record of another round filed under it); and the openings are read once 
 
 from __future__ import annotations
 
-import itertools
-
-from optuna.distributions import FloatDistribution
+from _trust_federation import small_store
 from optuna.trial import TrialState
 import pytest
 
-from optuna_fedbo.federation import Federation
-from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation._openings import FIRST_OPENING
 from optuna_fedbo.federation._openings import RoundOpenings
 from optuna_fedbo.federation.store import FederationStore
 from optuna_fedbo.federation.trust import text_digest
 
-_names = itertools.count()
-
 
 def _store() -> FederationStore:
-    fed = Federation.create(
-        f"openings-{next(_names)}",
-        search_space={"x": FloatDistribution(0.0, 1.0)},
-        n_clients=2,
-        protocol=FTSConfig(n_features=4, n_init=1),
-        seed=3,
-    )
-    return fed.store
+    return small_store("openings")
 
 
 def _stage(store: FederationStore, round_index: int, payload: str, epoch: int = 1) -> str:

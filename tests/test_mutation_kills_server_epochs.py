@@ -6,31 +6,19 @@ unsigned, forged or copied one is skipped, and warned about once) (written to ki
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 
-from optuna.distributions import FloatDistribution
+from _trust_federation import small_store
 from optuna.study import StudyDirection
 import pytest
 
-from optuna_fedbo.federation import Federation
-from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation.records import EPOCH_KEY
 from optuna_fedbo.federation.store import FederationStore
 
-_names = itertools.count()
-
 
 def _store() -> FederationStore:
-    fed = Federation.create(
-        f"server-epochs-{next(_names)}",
-        search_space={"x": FloatDistribution(0.0, 1.0)},
-        n_clients=2,
-        protocol=FTSConfig(n_features=4, n_init=1),
-        seed=6,
-    )
-    return fed.store
+    return small_store("server-epochs")
 
 
 def _epoch_study(store: FederationStore, epoch: int, value: str | None = None) -> None:

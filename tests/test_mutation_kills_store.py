@@ -7,16 +7,13 @@ records count only when signed (written to kill mutants of ``benchmarks/mutation
 from __future__ import annotations
 
 from datetime import datetime
-import itertools
 import logging
 import time
 
-from optuna.distributions import FloatDistribution
+from _trust_federation import small_store
 from optuna.trial import TrialState
 import pytest
 
-from optuna_fedbo.federation import Federation
-from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation.records import BROADCAST_KEY
 from optuna_fedbo.federation.records import BUDGET_EXHAUSTED_KEY
 from optuna_fedbo.federation.records import ledger_key
@@ -27,18 +24,9 @@ from optuna_fedbo.federation.store import FederationStore
 from optuna_fedbo.federation.trust import text_digest
 from optuna_fedbo.federation.trust import UntrustedRecordError
 
-_names = itertools.count()
-
 
 def _store() -> FederationStore:
-    fed = Federation.create(
-        f"store-kills-{next(_names)}",
-        search_space={"x": FloatDistribution(0.0, 1.0)},
-        n_clients=2,
-        protocol=FTSConfig(n_features=4, n_init=1),
-        seed=7,
-    )
-    return fed.store
+    return small_store("store-kills")
 
 
 def _main_id(store: FederationStore) -> int:
