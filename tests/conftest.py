@@ -14,6 +14,7 @@ same keys; it is removed when the session ends.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
 import tempfile
@@ -84,7 +85,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture
 def propagate():
-    """Let ``caplog`` see Optuna's (and optuna-fedbo's) log records during a test."""
+    """Let ``caplog`` see Optuna's (and optuna-fedbo's) log records during a test (at every
+    level: an in-process CLI run earlier in the worker may have left the package logger at
+    WARNING)."""
+    package = logging.getLogger("optuna_fedbo")
+    level = package.level
+    package.setLevel(logging.NOTSET)
     optuna.logging.enable_propagation()
     yield
     optuna.logging.disable_propagation()
+    package.setLevel(level)
