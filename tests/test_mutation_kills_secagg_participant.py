@@ -1,0 +1,193 @@
+"""A secure-aggregation participant (``federation/secagg/participant.py``), in process: the
+counter of its sealed messages strictly grows even when the clock stands still or goes back, so
+the server never takes one for a replay of another (written to kill mutants of
+``benchmarks/mutation_trust.py``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import optuna
+from optuna.distributions import FloatDistribution
+import pytest
+
+import optuna_fedbo as fb
+from optuna_fedbo.core.secagg.messages import Message
+from optuna_fedbo.core.secagg.messages import ShareBundle
+from optuna_fedbo.core.secagg.messages import SurvivorList
+from optuna_fedbo.federation import Federation
+from optuna_fedbo.federation import FTSConfig
+from optuna_fedbo.federation.secagg import participant as participant_module
+from optuna_fedbo.federation.secagg.participant import SecAggParticipant
+from optuna_fedbo.federation.secagg.relay import message_key
+from optuna_fedbo.federation.secagg.relay import record_key
+from optuna_fedbo.federation.secagg.relay import round_setup
+
+
+def _federation(name: str) -> Federation:
+    fed = Federation.create(
+        name,
+        search_space={"x": FloatDistribution(0.0, 1.0)},
+        n_clients=4,
+        protocol=FTSConfig(n_features=4, n_init=2),
+        secure_aggregation=fb.SecureAggregation(),
+    )
+    for i in range(4):
+        fed.join(f"c{i}")
+    return fed
+
+
+def test_the_message_counter_grows_when_the_clock_stands_still_or_goes_back(monkeypatch) -> None:
+    fed = _federation("participant-kills-counter")
+    participant = SecAggParticipant(fed, "c0")
+    written: list[str] = []
+    monkeypatch.setattr(participant._relay, "write", lambda r, k, sealed: written.append(sealed))
+    clock = iter([5_000, 5_000, 4_000])
+    monkeypatch.setattr(participant_module.time, "time_ns", lambda: next(clock))
+    setup = round_setup(fed, 1, 0, ("c0", "c1", "c2", "c3"))
+    message = SurvivorList(**Message.base_of(setup), survivors=("c0", "c1", "c2"))
+    for _ in range(3):
+        participant._send(1, 0, "consistency", message)
+    counters = [json.loads(sealed)["counter"] for sealed in written]
+    assert counters[0] == 5_000
+    assert all(earlier < later for earlier, later in zip(counters, counters[1:])), counters
+
+
+def test_a_sealed_message_may_reach_the_upload_bound_but_not_pass_it(monkeypatch) -> None:
+    fed = _federation("participant-kills-bound")
+    participant = SecAggParticipant(fed, "c0")
+    written: list[str] = []
+    monkeypatch.setattr(participant._relay, "write", lambda r, k, sealed: written.append(sealed))
+    setup = round_setup(fed, 1, 0, ("c0", "c1", "c2", "c3"))
+    message = SurvivorList(**Message.base_of(setup), survivors=("c0", "c1", "c2"))
+    participant._send(1, 0, "consistency", message)
+    size = len(written[0])  # the same for every send (same counter digits, same plaintext)
+    monkeypatch.setattr(participant_module, "MAX_UPLOAD_CHARS", size)
+    participant._send(1, 0, "consistency", message)
+    assert len(written) == 2 and len(written[1]) == size
+    monkeypatch.setattr(participant_module, "MAX_UPLOAD_CHARS", size - 1)
+    with pytest.raises(ValueError, match=f"over the bound of {size - 1:,}"):
+        participant._send(1, 0, "consistency", message)
+    assert len(written) == 2
+
+
+def test_a_round_closed_under_a_participant_leaves_it_idle_and_polling(monkeypatch) -> None:
+    fed = _federation("participant-kills-closed")
+    participant = SecAggParticipant(fed, "c0")
+
+    def closed() -> None:
+        raise KeyError("the round's uploads study is gone")
+
+    monkeypatch.setattr(participant, "_advance", closed)
+    assert participant.poll() is False
+    assert participant.busy is False
+    assert participant.poll() is False
+
+
+def _at_round_one(monkeypatch, participant: SecAggParticipant, entries: dict) -> list[int]:
+    """Round 1 open with ``entries``; returns the attempts ``_join`` is asked to start."""
+    joined: list[int] = []
+    monkeypatch.setattr(participant_module, "open_round_and_opening", lambda store: (1, ""))
+    monkeypatch.setattr(participant._relay, "entries", lambda round_index: dict(entries))
+    monkeypatch.setattr(
+        participant, "_join", lambda round_index, attempt, found: joined.append(attempt) and False
+    )
+    return joined
+
+
+def test_only_a_setup_record_starts_an_attempt(monkeypatch) -> None:
+    # Anyone can write the storage: a message key of a later attempt is not a new attempt.
+    participant = SecAggParticipant(_federation("participant-kills-setup"), "c0")
+    entries = {record_key(0, "setup"): "signed", message_key(5, "keys", "c1"): "forged"}
+    joined = _at_round_one(monkeypatch, participant, {**entries, "other": "entry"})
+    participant._advance()
+    assert joined == [0]
+
+
+@pytest.mark.parametrize("revealed", [False, True])
+def test_an_input_goes_to_the_next_attempt_of_its_round_unless_its_sum_was_unmasked(
+    monkeypatch, revealed: bool
+) -> None:
+    participant = SecAggParticipant(_federation("participant-kills-restart"), "c0")
+    participant.offer(np.zeros(3))
+    participant._fresh, participant._revealed = False, revealed  # masked in attempt 0
+    participant._attempt = (1, 0)
+    joined = _at_round_one(monkeypatch, participant, {record_key(1, "setup"): "signed"})
+    participant._advance()
+    assert joined == [1]
+    assert participant._fresh is not revealed
+
+
+class _Client:
+    """Stands for the protocol state at the masked-input step: records what it is asked to mask."""
+
+    step = "mask_input"
+
+    def __init__(self, setup) -> None:
+        self.setup = setup
+        self.masked: list[np.ndarray] = []
+
+    def mask_input(self, bundle: ShareBundle, encoded: np.ndarray) -> SurvivorList:
+        self.masked.append(encoded)
+        self.step = "sign_survivors"
+        return SurvivorList(**Message.base_of(self.setup), survivors=("c0",))
+
+
+def _at_masked_step(monkeypatch, name: str, bundle: str | None):
+    fed = _federation(name)
+    participant = SecAggParticipant(fed, "c0")
+    setup = round_setup(fed, 1, 0, ("c0", "c1", "c2", "c3"))
+    client = _Client(setup)
+    participant._client, participant._attempt = client, (1, 0)  # type: ignore[assignment]
+    entries = {record_key(0, "setup"): "signed", record_key(0, "bundles"): "index"}
+    _at_round_one(monkeypatch, participant, entries)
+    monkeypatch.setattr(participant, "_bundle", lambda round_index, attempt, index: bundle)
+    message = ShareBundle(**Message.base_of(setup), recipient="c0", sealed={}).to_dict()
+    monkeypatch.setattr(participant_module, "verify_record", lambda *a: {"message": message})
+    monkeypatch.setattr(participant, "_send", lambda *a: None)
+    return participant, client, setup
+
+
+def test_a_participant_left_out_of_the_bundles_waits_for_the_next_attempt(
+    monkeypatch, caplog
+) -> None:
+    participant, client, _ = _at_masked_step(monkeypatch, "participant-kills-left-out", None)
+    participant._fresh = True
+    optuna.logging.enable_propagation()
+    try:
+        with caplog.at_level(logging.INFO):
+            participant._advance()
+    finally:
+        optuna.logging.disable_propagation()
+    assert participant._client is None and client.masked == []
+    assert participant._fresh and participant.busy  # its input goes to the next attempt
+    assert "went on without its shares (too slow)" in caplog.text
+
+
+def test_an_encoded_input_is_masked_as_it_was_offered(monkeypatch) -> None:
+    participant, client, setup = _at_masked_step(monkeypatch, "participant-kills-encoded", "b")
+    ring = setup.ring
+    elements = np.array([int(ring.mask), 5] + [0] * (ring.dimension - 2), dtype=np.uint64)
+    participant.offer(elements, encoded=True)
+    participant._advance()
+    assert len(client.masked) == 1
+    assert client.masked[0].dtype == np.uint64
+    assert client.masked[0].tolist() == elements.tolist()
+    assert participant.masked_rounds == [(1, 0)] and not participant._fresh
+
+
+@pytest.mark.parametrize(
+    ("states", "busy"),
+    [((), False), ((True, False), True), ((False, True), True), ((False, False), False)],
+)
+def test_the_driver_is_busy_while_any_participant_is(monkeypatch, states, busy) -> None:
+    fed = _federation(f"participant-kills-driver-{len(states)}-{busy}-{states[:1]}")
+    driver = participant_module.Driver(background=False)
+    polled: list[str] = []
+    for i, state in enumerate(states):
+        participant = driver.participant(fed, f"c{i}")
+        monkeypatch.setattr(participant, "poll", lambda c=f"c{i}", s=state: polled.append(c) or s)
+    assert driver.poll() is busy
+    assert polled == [f"c{i}" for i in range(len(states))]  # every one, even after a busy one
