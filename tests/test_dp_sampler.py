@@ -23,10 +23,9 @@ SAMPLER = {"n_candidates": 64, "n_refinements": 0}
 
 
 @pytest.fixture(autouse=True)
-def _propagate_optuna_logs():
-    optuna.logging.enable_propagation()
+def _propagate_optuna_logs(propagate):
+    """caplog sees optuna-fedbo's records at every level (the ``propagate`` fixture)."""
     yield
-    optuna.logging.disable_propagation()
 
 
 def _objective(shift: float):  # noqa: ANN202

@@ -34,10 +34,9 @@ ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "OMP_NUM_THRE
 
 
 @pytest.fixture(autouse=True)
-def _propagate_optuna_logs():
-    optuna.logging.enable_propagation()
+def _propagate_optuna_logs(propagate):
+    """caplog sees optuna-fedbo's records at every level (the ``propagate`` fixture)."""
     yield
-    optuna.logging.disable_propagation()
 
 
 def _federation(

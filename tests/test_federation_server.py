@@ -27,11 +27,9 @@ M = 8
 
 
 @pytest.fixture(autouse=True)
-def _propagate_optuna_logs():
-    # Optuna's root logger does not propagate by default; caplog needs propagation.
-    optuna.logging.enable_propagation()
+def _propagate_optuna_logs(propagate):
+    """caplog sees optuna-fedbo's records at every level (the ``propagate`` fixture)."""
     yield
-    optuna.logging.disable_propagation()
 
 
 def _federation(n_clients: int = 3, storage=None, **protocol) -> Federation:

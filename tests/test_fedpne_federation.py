@@ -8,7 +8,6 @@ import logging
 import math
 
 import numpy as np
-import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.distributions import FloatDistribution
 from optuna.distributions import IntDistribution
@@ -36,10 +35,9 @@ _names = itertools.count()
 
 
 @pytest.fixture(autouse=True)
-def _propagate_optuna_logs():
-    optuna.logging.enable_propagation()
+def _propagate_optuna_logs(propagate):
+    """caplog sees optuna-fedbo's records at every level (the ``propagate`` fixture)."""
     yield
-    optuna.logging.disable_propagation()
 
 
 def _federation(n_clients: int = 3, storage=None, join: bool = True, **protocol) -> Federation:

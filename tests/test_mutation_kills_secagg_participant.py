@@ -9,7 +9,6 @@ import json
 import logging
 
 import numpy as np
-import optuna
 from optuna.distributions import FloatDistribution
 import pytest
 
@@ -151,16 +150,12 @@ def _at_masked_step(monkeypatch, name: str, bundle: str | None):
 
 
 def test_a_participant_left_out_of_the_bundles_waits_for_the_next_attempt(
-    monkeypatch, caplog
+    monkeypatch, caplog, propagate
 ) -> None:
     participant, client, _ = _at_masked_step(monkeypatch, "participant-kills-left-out", None)
     participant._fresh = True
-    optuna.logging.enable_propagation()
-    try:
-        with caplog.at_level(logging.INFO):
-            participant._advance()
-    finally:
-        optuna.logging.disable_propagation()
+    with caplog.at_level(logging.INFO):
+        participant._advance()
     assert participant._client is None and client.masked == []
     assert participant._fresh and participant.busy  # its input goes to the next attempt
     assert "went on without its shares (too slow)" in caplog.text

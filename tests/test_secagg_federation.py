@@ -48,10 +48,9 @@ M = 6
 
 
 @pytest.fixture(autouse=True)
-def _propagate_optuna_logs():
-    optuna.logging.enable_propagation()
+def _propagate_optuna_logs(propagate):
+    """caplog sees optuna-fedbo's records at every level (the ``propagate`` fixture)."""
     yield
-    optuna.logging.disable_propagation()
 
 
 def _statistics(features: RandomFourierFeatures, x: np.ndarray, y: np.ndarray):

@@ -12,7 +12,6 @@ import logging
 import re
 
 import numpy as np
-import optuna
 import pytest
 import test_secagg_federation as base
 from test_secagg_federation import _federation
@@ -35,10 +34,9 @@ CLIENTS = [f"c{i}" for i in range(N)]
 
 
 @pytest.fixture(autouse=True)
-def _propagate_optuna_logs():
-    optuna.logging.enable_propagation()
+def _propagate_optuna_logs(propagate):
+    """caplog sees optuna-fedbo's records at every level (the ``propagate`` fixture)."""
     yield
-    optuna.logging.disable_propagation()
 
 
 def _graph_round():

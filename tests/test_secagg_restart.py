@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-import optuna
 import pytest
 import test_secagg_federation as base
 from test_secagg_federation import _advance_to
@@ -33,10 +32,9 @@ capture_sum = base.capture_sum  # the fixture that keeps the unmasked sums
 
 
 @pytest.fixture(autouse=True)
-def _propagate_optuna_logs():
-    optuna.logging.enable_propagation()
+def _propagate_optuna_logs(propagate):
+    """caplog sees optuna-fedbo's records at every level (the ``propagate`` fixture)."""
     yield
-    optuna.logging.disable_propagation()
 
 
 def _handle(fed: Federation) -> Federation:
