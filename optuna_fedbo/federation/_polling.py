@@ -59,6 +59,7 @@ def poll_rounds(
     deadline = None if timeout is None else time.monotonic() + timeout
     reports: list[Report] = []
     errors = 0
+    ending: ServeEnd | None = None  # the watch's verdict, confirmed by one more step
     try:
         while not done():
             if stop is not None and stop.is_set():
@@ -83,16 +84,23 @@ def poll_rounds(
                 recover()
                 continue
             if report is not None:
+                ending = None
                 reports.append(report)
                 if callback is not None:
                     callback(report)
                 continue
-            end = None if watch is None else watch.check()
-            if end is not None:
-                _logger.info(end.text)
+            if ending is not None:
+                _logger.info(ending.text)
                 if on_end is not None:
-                    on_end(end)
+                    on_end(ending)
                 break
+            ending = None if watch is None else watch.check()
+            if ending is not None:
+                # The watch read the participants' states after the step read the uploads: a
+                # participant may have uploaded its last round and finished in between. One
+                # more step reads every upload written before those states, and publishes the
+                # round they complete before serving ends.
+                continue
             if stop is not None:
                 stop.wait(poll_interval)
             else:
