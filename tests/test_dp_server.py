@@ -508,6 +508,7 @@ def test_status_shows_the_ledger() -> None:
     assert summary["budget_exhausted"] is None and summary["epsilon_budget"] == 50.0
     text = status.format()
     assert "of budget 50" in text and "2 accounted round(s)" in text and "add/remove-one" in text
+    assert "subsampled gaussian: z 1, S 4, q 0.5, poisson sampling (add/remove-one)" in text
     assert status.to_dict()["privacy"] == summary
 
 

@@ -179,6 +179,8 @@ def test_the_ledger_spends_dp_accountings_epsilon_of_the_skellam_bound() -> None
     assert {(e.sampling, e.sample_rate) for e in entries} == {("none", 1.0)}
     assert fed.privacy_ledger().summary()["mechanism"] == "distributed_skellam"
     assert fed.privacy_ledger().summary()["neighbouring_relation"] == "zero-out"
+    assert "distributed skellam: z " in fed.status().format()
+    assert ", no subsampling (zero-out)" in fed.status().format()
     mechanism = fed.privacy.mechanism()
     per_round = skellam_rdp(
         SKELLAM_ORDERS,

@@ -559,34 +559,6 @@ class PrivacyLedger:
             return record
 
 
-def format_summary(summary: dict[str, Any]) -> list[str]:
-    """The lines of ``status`` about privacy, from :meth:`PrivacyLedger.summary`."""
-    budget = summary["epsilon_budget"]
-    spent = f"epsilon {summary['epsilon']:.4g}"
-    if budget is not None:
-        spent += f" of budget {budget:g}"
-    lines = [
-        f"privacy        {spent}, delta {summary['delta']:.3g} after "
-        f"{summary['rounds_accounted']} accounted round(s) ({summary['accountant']} accountant)",
-        f"mechanism      z {summary['noise_multiplier']:g}, q {summary['sample_rate']:g}, "
-        f"S {summary['clip_norm']:g}, {summary['sampling']} sampling "
-        f"({summary['neighbouring_relation']})",
-    ]
-    if summary.get("unverified_entries") or summary.get("ledger", "ok") != "ok":
-        lines.append(  # never "epsilon 0" for a ledger deleted or rolled back: what is proven
-            f"ledger         {summary['ledger']}: {summary['ledger_releases']} of "
-            f"{summary['rounds_accounted']} releases, {summary['unverified_entries']} entries not "
-            "verifying (ignored); the storage was tampered with: the server refuses to publish"
-        )
-    exhausted = summary["budget_exhausted"]
-    if exhausted is not None:
-        lines.append(
-            f"budget         exhausted: round {exhausted['round']} not published (epsilon "
-            f"would reach {exhausted['epsilon_next']:.4g}); participants use local TS"
-        )
-    return lines
-
-
 __all__ = [
     "Chain",
     "LedgerEntry",
@@ -594,5 +566,4 @@ __all__ = [
     "LedgerIntegrityError",
     "PrivacyLedger",
     "entry_digest",
-    "format_summary",
 ]

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 import time
 from typing import Any
 
-from optuna_fedbo.federation.ledger import format_summary
 from optuna_fedbo.federation.secagg.status import format_secagg
 
 
@@ -72,7 +71,7 @@ class FederationStatus:
         if self.secure_aggregation is not None:
             lines.append(format_secagg(self.secure_aggregation))
         if self.privacy is not None:
-            lines += format_summary(self.privacy)
+            lines += format_privacy(self.privacy)
         return "\n".join(lines)
 
 
@@ -88,4 +87,37 @@ def format_server(server: dict[str, Any] | None) -> str:
     )
 
 
-__all__ = ["FederationStatus", "format_server"]
+def format_privacy(summary: dict[str, Any]) -> list[str]:
+    """The lines of ``status`` about privacy, from :meth:`PrivacyLedger.summary`."""
+    budget = summary["epsilon_budget"]
+    spent = f"epsilon {summary['epsilon']:.4g}"
+    if budget is not None:
+        spent += f" of budget {budget:g}"
+    sampling = (  # distributed DP under secure aggregation samples no one (see its config)
+        "no subsampling"
+        if summary["sampling"] == "none"
+        else f"q {summary['sample_rate']:g}, {summary['sampling']} sampling"
+    )
+    lines = [
+        f"privacy        {spent}, delta {summary['delta']:.3g} after "
+        f"{summary['rounds_accounted']} accounted round(s) ({summary['accountant']} accountant)",
+        f"mechanism      {summary['mechanism'].replace('_', ' ')}: z "
+        f"{summary['noise_multiplier']:g}, S {summary['clip_norm']:g}, {sampling} "
+        f"({summary['neighbouring_relation']})",
+    ]
+    if summary.get("unverified_entries") or summary.get("ledger", "ok") != "ok":
+        lines.append(  # never "epsilon 0" for a ledger deleted or rolled back: what is proven
+            f"ledger         {summary['ledger']}: {summary['ledger_releases']} of "
+            f"{summary['rounds_accounted']} releases, {summary['unverified_entries']} entries not "
+            "verifying (ignored); the storage was tampered with: the server refuses to publish"
+        )
+    exhausted = summary["budget_exhausted"]
+    if exhausted is not None:
+        lines.append(
+            f"budget         exhausted: round {exhausted['round']} not published (epsilon "
+            f"would reach {exhausted['epsilon_next']:.4g}); participants use local TS"
+        )
+    return lines
+
+
+__all__ = ["FederationStatus", "format_privacy", "format_server"]
