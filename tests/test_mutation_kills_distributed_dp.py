@@ -160,3 +160,13 @@ def test_epsilon_is_dp_accountings_conversion_of_the_skellam_bound_at_q_1() -> N
     for rounds in (1, 7):
         expected, _ = rdp_privacy_accountant.compute_epsilon(orders, one * rounds, 1e-6)
         assert mechanism.epsilon(rounds=rounds, delta=1e-6) == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_noise_is_added_exactly_to_levels_beyond_float_precision(monkeypatch) -> None:
+    # clip_norm / step = 2^55: the levels pass 2^53, where float64 has no odd integers.
+    mechanism = _mechanism(step=2.0**-55, clip_norm=1.0, dimension=1, noise_multiplier=1e-9)
+    ring = mechanism.ring()
+    _plain(monkeypatch, mechanism, np.array([1], dtype=np.int64))
+    levels = int(centred(mechanism.participant_input(np.array([4.0]), ring), ring)[0])
+    expected = round(1.0 * (1 - 1e-12) * 2**55) + 1  # the clipped value's level, plus the noise
+    assert levels == expected and levels % 2 == 1
