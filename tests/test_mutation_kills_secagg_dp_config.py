@@ -57,6 +57,8 @@ def test_a_valid_configuration_is_normalised_to_floats_and_says_what_it_is() -> 
     [
         ({"sample_rate": 0.5}, "sample_rate 1.0"),
         ({"sample_rate": 2.0}, "sample_rate 1.0"),
+        ({"sample_rate": "all"}, "sample_rate must be a number, got 'all'"),
+        ({"delta": None}, "delta must be a number, got None"),
         ({"accountant": "rdp"}, "accountant 'skellam-rdp'"),
         ({"sampling": "poisson"}, "sampling 'none'"),
         ({"delta": 0.0}, "delta must lie in"),
