@@ -96,6 +96,7 @@ def test_the_reference_is_computed_once_kept_privately_and_read_back(tmp_path, m
     assert claims.reference(fed, "c0", compute) == (1.25, 0.5)
     path = _folder(fed, "c0") / "reference.json"
     assert json.loads(path.read_text()) == [1.25, 0.5] and _mode(path) == 0o600
+    assert _mode(path.parent) == 0o700
     assert sorted(p.name for p in path.parent.iterdir()) == ["reference.json"]  # no temporary
     again = claims.reference(fed, "c0", lambda: compute((9.0, 9.0)))
     assert again == (1.25, 0.5) and computed == [1]
@@ -141,3 +142,12 @@ def test_in_memory_references_are_kept_per_federation_and_participant() -> None:
     assert claims.reference(_in_memory(storage), "c0", lambda: (5.0, 6.0)) == (1.0, 2.0)
     assert claims.reference(fed, "c1", lambda: (3.0, 4.0)) == (3.0, 4.0)
     assert claims.reference(_in_memory(storage, "fid-2"), "c0", lambda: (0.0, 1.0)) == (0.0, 1.0)
+
+
+def test_a_participant_named_references_keeps_claims_and_a_reference_in_memory() -> None:
+    fed = _in_memory(optuna.storages.InMemoryStorage())
+    assert claims.reference(fed, "c0", lambda: (1.0, 2.0)) == (1.0, 2.0)
+    assert claims.claim(fed, "references", 0, 0) is True
+    assert claims.claim(fed, "references", 0, 0) is False
+    assert claims.reference(fed, "references", lambda: (3.0, 4.0)) == (3.0, 4.0)
+    assert claims.reference(fed, "c0", lambda: (9.0, 9.0)) == (1.0, 2.0)

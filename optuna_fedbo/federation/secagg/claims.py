@@ -52,8 +52,10 @@ def _folder(federation: Any, client_id: str) -> Path | None:
 _MEMORY: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
-def _memory(federation: Any) -> dict[str, Any]:
-    return _MEMORY.setdefault(federation.storage, {}).setdefault(federation.federation_id, {})
+def _memory(federation: Any, kind: str) -> dict[str, Any]:
+    """The federation's in-memory ``kind`` (``"claims"`` or ``"references"``), by participant."""
+    kept = _MEMORY.setdefault(federation.storage, {}).setdefault(federation.federation_id, {})
+    return kept.setdefault(kind, {})
 
 
 def claim(federation: Any, client_id: str, round_index: int, attempt: int) -> bool:
@@ -62,7 +64,7 @@ def claim(federation: Any, client_id: str, round_index: int, attempt: int) -> bo
     name = f"{round_index:06d}-{attempt:06d}"
     folder = _folder(federation, client_id)
     if folder is None:
-        claims = _memory(federation).setdefault(client_id, set())
+        claims = _memory(federation, "claims").setdefault(client_id, set())
         if name in claims:
             return False
         claims.add(name)
@@ -85,7 +87,7 @@ def reference(
     """The participant's standardization reference: the one kept, else ``compute()`` kept."""
     folder = _folder(federation, client_id)
     if folder is None:
-        kept = _memory(federation).setdefault("references", {})
+        kept = _memory(federation, "references")
         if client_id not in kept:
             kept[client_id] = compute()
         return kept[client_id]
