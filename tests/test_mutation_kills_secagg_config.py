@@ -12,6 +12,7 @@ import pytest
 
 from optuna_fedbo.core.secagg.graph import choose_degree
 from optuna_fedbo.core.secagg.ring import plan_ring
+from optuna_fedbo.federation.secagg import config as config_module
 from optuna_fedbo.federation.secagg.config import SecureAggregation
 from optuna_fedbo.federation.secagg.config import stored_secure_aggregation
 
@@ -87,6 +88,11 @@ def test_the_degree_is_kept_below_50_and_chosen_from_50_on() -> None:
     assert SecureAggregation().resolve(49, 8).degree is None  # the complete graph
     chosen = SecureAggregation().resolve(50, 8).degree
     assert chosen == choose_degree(50, target=2.0**-30) == 12
+
+
+def test_the_chosen_degree_meets_the_configured_failure_probability(monkeypatch) -> None:
+    monkeypatch.setattr(config_module, "AUTO_DEGREE_FAILURE", 2.0**-10)  # a weaker target
+    assert SecureAggregation().resolve(50, 8).degree == choose_degree(50, target=2.0**-10) == 10
 
 
 def test_the_ring_holds_the_sum_of_n_inputs_at_the_bound() -> None:
