@@ -264,6 +264,7 @@ def test_the_published_vectors_are_the_survivors_weighted_mean_within_the_noise(
     assert report is not None and report.published and report.n_recovered == 1
     broadcast = fed.latest_broadcast()
     assert broadcast.aggregation == "weighted" and broadcast.n_contributors == -1
+    assert broadcast.feature_block == 0  # the shared features (the vectors are on no other)
     expected = _expected_mean(fed, omegas, ("c0", "c1", "c2"))
     # Three survivors = t: noise std z S phi_max / mass per coordinate; 6 of it is a 1e-8 tail.
     assert np.all(np.abs(broadcast.vectors - expected) <= 6 * report.noise_std)
