@@ -17,6 +17,7 @@ from optuna.trial import FrozenTrial
 
 from optuna_fedbo.core.acquisition import ScaledFunction
 from optuna_fedbo.core.believer import believe
+from optuna_fedbo.core.gp import GaussianProcess
 from optuna_fedbo.core.gp_acquisition import LogExpectedImprovement
 from optuna_fedbo.core.gp_acquisition import maximize_on_gp
 from optuna_fedbo.core.gp_fit import GPFitState
@@ -103,9 +104,8 @@ class FedTransferSampler(FTSParticipant):
         )
         # Their features under each feature map the observations are kept on, once needed.
         self._reference_features: dict[int, np.ndarray] = {}
-        # The last fits (warm starts) of the GP with the broadcast as prior mean and of the
-        # participant's own GP.
-        self._gp_fit: GPFitState | None = None
+        # The last fit (warm start) of the participant's own GP, whose hyperparameters the GP
+        # with the broadcast as prior mean shares.
         self._own_gp_fit: GPFitState | None = None
         # (observation count, feature block, weight) of the broadcast's last weighing.
         self._transfer_weight: tuple[int, int, float] | None = None
@@ -165,7 +165,7 @@ class FedTransferSampler(FTSParticipant):
             reference_features = self._reference_features.get(block)
             location = self._normalization()
             values = (self._observations.targets - location[0]) / location[1]
-            transfer_fit, own_fit = self._gp_fit, self._own_gp_fit
+            own_fit = self._own_gp_fit
             # The broadcast is weighed again as often as hyperparameters are refitted, and
             # whenever it comes on another feature block.
             weighed = self._transfer_weight
@@ -213,8 +213,10 @@ class FedTransferSampler(FTSParticipant):
             transfer_prior = WarpedFunction(
                 ScaledFunction(function, weight / spread, -weight * shift / spread), warp
             )
-            transfer_gp, transfer_fit = update_gp(
-                points, warped, transfer_fit, self._rng, prior_mean=warp(weight * at_points)
+            # The own GP's hyperparameters, conditioned on the same points with the broadcast
+            # as prior mean: one fit per trial instead of two.
+            transfer_gp = GaussianProcess(
+                own.X, own.y, own.params, prior_mean=transfer_prior.values(own.X)
             )
             transfer = (transfer_gp, transfer_prior)
             if own_is_better:
@@ -223,7 +225,7 @@ class FedTransferSampler(FTSParticipant):
                 gp, prior_function = transfer
                 self._record(study, trial, "transfer", broadcast.round)
         with self._lock:
-            self._gp_fit, self._own_gp_fit = transfer_fit, own_fit
+            self._own_gp_fit = own_fit
             if weighed is not None:
                 self._transfer_weight = weighed
         # LocalGPSampler's search (candidates near the best trials, lengthscale-scaled
