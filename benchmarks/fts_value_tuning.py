@@ -37,8 +37,8 @@ GPSampler and to the best stock sampler; paired wins against GPSampler over the 
 standard error of the paired per-site-run difference to GPSampler.
 
 Run: ``nice -n 10 python benchmarks/fts_value_tuning.py --family krr-diabetes --seeds 6``;
-``--cost 200`` times the participant, the server's round and TPE per trial at 20, 50, 100 and 200
-trials.
+``--cost 200`` times the participant, the server's round, TPE and GPSampler per trial at 20, 50,
+60, 100 and 200 trials.
 """
 
 from __future__ import annotations
@@ -324,9 +324,9 @@ def report(family: str, per_seed: list[dict[str, np.ndarray]], seconds: dict[str
 
 
 def cost(n_trials: int, dims: int) -> None:
-    """CPU ms per trial over the ten trials up to 20, 50, 100 and 200: a participant of a
+    """CPU ms per trial over the ten trials up to 20, 50, 60, 100 and 200: a participant of a
     two-site federation (in memory, the server closing a round after each pair of trials; its
-    step timed apart and divided by the two participants) and TPE, in one run."""
+    step timed apart and divided by the two participants), TPE and GPSampler, in one run."""
     from optuna_fedbo import Federation
     from optuna_fedbo import FederationServer
     from optuna_fedbo import FedTransferSampler
@@ -344,6 +344,10 @@ def cost(n_trials: int, dims: int) -> None:
 
     tpe = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=0))
     tpe_ms = [timed(tpe) for _ in range(n_trials)]
+    gp_ms = [float("nan")] * n_trials
+    if "gp" in stock_samplers(0):  # GPSampler needs torch (the ``gp`` extra)
+        gp = optuna.create_study(direction="maximize", sampler=stock_samplers(0)["gp"]())
+        gp_ms = [timed(gp) for _ in range(n_trials)]
     fed = Federation.create(f"cost-{time.time_ns()}", search_space=space, n_clients=2)
     server = FederationServer(fed)
     site, other = (
@@ -357,14 +361,15 @@ def cost(n_trials: int, dims: int) -> None:
         start = time.process_time()
         server.step(force=True)
         server_ms.append(time.process_time() - start)
-    for end in (20, 50, 100, 200):
+    for end in (20, 50, 60, 100, 200):
         if end > n_trials:
             break
         window = slice(end - 10, end)  # the ten trials up to ``end``
         print(
             f"{dims}-D, trials {end - 9}-{end}, CPU ms per trial: participant "
             f"{1000 * np.mean(site_ms[window]):.1f}, server per participant "
-            f"{500 * np.mean(server_ms[window]):.1f}, TPE {1000 * np.mean(tpe_ms[window]):.1f}"
+            f"{500 * np.mean(server_ms[window]):.1f}, TPE {1000 * np.mean(tpe_ms[window]):.1f}, "
+            f"GPSampler {1000 * np.mean(gp_ms[window]):.1f}"
         )
 
 
