@@ -25,6 +25,8 @@ Families (``--family``):
   optimum ``c_n`` uniform in ``[0.2, 0.8]^4``, both the site's own. The sites share the
   landscape's shape (value scale, curvature, spacing of the local optima), not where it is.
 * ``shifted``: one such instance, each site's optimum moved by ``N(0, 0.05^2)`` per axis.
+* ``gp2d-rough``: rough, mildly heterogeneous 2-D sites: one GP draw of lengthscale 0.05 shared
+  by every site plus 5% of a draw of the site's own (noise 0.01; run with ``--sites 12``).
 Regret on these two is the gap to the (known) optimum over the gap between the optimum and the
 function's median over the cube (a site's median point has regret 1; a local optimum one axis
 off the global one about 0.04).
@@ -209,6 +211,7 @@ def styblinski_problem(n_sites: int, seed: int, relation: str) -> Problem:
 FAMILIES: dict[str, Callable[[int, int], Problem]] = {
     "krr-diabetes": krr_problem,
     "gp2d-independent": lambda n, s: gp_problem(2, 0.2, "independent", n, s),
+    "gp2d-rough": lambda n, s: gp_problem(2, 0.05, "identical", n, s),
     "rotated": lambda n, s: styblinski_problem(n, s, "rotated"),
     "shifted": lambda n, s: styblinski_problem(n, s, "shifted"),
 }
