@@ -55,11 +55,11 @@ class FedTransferSampler(FTSParticipant):
       broadcast (one fit per trial). From 100 observations on, the weight is computed again
       only as often as the GP's hyperparameters are refitted (once the observations have grown
       by 10%) or when a broadcast comes on another feature block; in between each new
-      broadcast enters with the last weight. Without a broadcast the GP has no prior mean. When, over the latest ten
-      trials, the participant's GP alone ordered each new value against the earlier ones better
-      than the GP with the broadcast did (both predicting it before it was observed:
-      :class:`~optuna_fedbo.core.transfer.OneStepRanking`), the trial uses the GP alone (mode
-      ``"own"``).
+      broadcast enters with the last weight. Without a broadcast the GP has no prior mean.
+      When, over the latest ten trials, the participant's GP alone ordered each new value
+      against the earlier ones better than the GP with the broadcast did (both predicting it
+      before it was observed: :class:`~optuna_fedbo.core.transfer.OneStepRanking`), the trial
+      uses the GP alone (mode ``"own"``).
 
     Its non-pooled upload is its posterior mean over the shared features (the participant's
     best estimate: the average of samples is noisier at equal privacy). Uploads, synchronous
