@@ -100,3 +100,17 @@ def test_sealed_fields_are_padded_and_bound_to_their_record() -> None:
     assert open_private(fed.trust, longer)["pid"] == 12345
     with pytest.raises(UntrustedRecordError):
         open_private(fed.trust, replace(longer, epoch=2))  # sealed for epoch 1, not 2
+
+
+def test_a_lease_carries_the_token_given_else_this_processs() -> None:
+    fed, key, public = _federation_and_key()
+    own = verify_lease(
+        fed.trust,
+        "a",
+        public,
+        sign_lease(fed.trust, key, epoch=1, state="active", ttl=30.0, private={}),
+    )
+    assert own.token == process_token("a")
+    dead = "0123456789abcdef" * 2  # a dead worker's token: its lease is marked lost under it
+    taken = sign_lease(fed.trust, key, epoch=1, state="lost", ttl=30.0, private={}, token=dead)
+    assert verify_lease(fed.trust, "a", public, taken).token == dead
