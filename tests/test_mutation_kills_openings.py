@@ -6,12 +6,15 @@ genuine record of another round filed under it); and the openings are read once 
 
 from __future__ import annotations
 
+import logging
+
 from _trust_federation import small_store
 from optuna.trial import TrialState
 import pytest
 
 from optuna_fedbo.federation._openings import FIRST_OPENING
 from optuna_fedbo.federation._openings import RoundOpenings
+from optuna_fedbo.federation._openings import write_to_open_round
 from optuna_fedbo.federation.store import FederationStore
 from optuna_fedbo.federation.trust import text_digest
 
@@ -88,3 +91,34 @@ def test_openings_are_read_once_per_round_and_only_once_the_round_is_open(
     monkeypatch.setattr(store, "broadcast_trials", unread)
     assert openings(2) == {text_digest(later)}
     assert openings(0) == {FIRST_OPENING}
+
+
+# ------------------------------------------------------- a participant writing to the open round
+def _delete_uploads(store: FederationStore, round_index: int) -> None:
+    name = store.uploads_study_name(round_index)
+    store.storage.delete_study(store.storage.get_study_id_from_name(name))
+
+
+def test_an_upload_to_the_open_round_whose_study_was_deleted_recreates_it(
+    caplog, propagate
+) -> None:
+    store = _store()
+    store.open_uploads(0)
+    store.write_upload(0, "c1", "EARLIER")  # the study id is cached by this process
+    _delete_uploads(store, 0)  # someone with the URL deleted the open round's uploads
+    with caplog.at_level(logging.INFO, logger="optuna_fedbo"):
+        write_to_open_round(store, 0, "c0", "SEALED")
+    assert store.read_uploads(0) == {"c0": "SEALED"}  # created again, and this upload in it
+    reopened = [r for r in caplog.records if "was deleted from the storage" in r.getMessage()]
+    assert [r.levelno for r in reopened] == [logging.INFO]  # a participant: no warning
+
+
+def test_an_upload_to_a_round_closed_meanwhile_is_refused_and_nothing_is_written() -> None:
+    store = _store()
+    store.open_uploads(0)
+    _publish(store, 0, "A")  # round 1 is open now
+    _delete_uploads(store, 0)  # the server discarded round 0's uploads
+    with pytest.raises(KeyError, match="Round 0 of .* is closed"):
+        write_to_open_round(store, 0, "c0", "SEALED")
+    names = [s.study_name for s in store.storage.get_all_studies()]
+    assert store.uploads_study_name(0) not in names and store.read_uploads(0) == {}
