@@ -5,6 +5,7 @@ line, and no warning where nothing is exposed (written to kill mutants of
 
 from __future__ import annotations
 
+import inspect
 import warnings
 
 from optuna.distributions import FloatDistribution
@@ -23,9 +24,9 @@ SAMPLE = (
     "participant's vector as it is (in an order secret to the server)" + FIX
 )
 WEIGHTED = (
-    "Without differential privacy, aggregation='weighted' with 3 sub-regions publishes one public "
-    "mixture of the vectors per sub-region, with public weights, which give each contributor's "
-    "vector while there are no more contributors than sub-regions" + FIX
+    "Without differential privacy, aggregation='weighted' with {} sub-regions publishes one "
+    "public mixture of the vectors per sub-region, with public weights, which give each "
+    "contributor's vector while there are no more contributors than sub-regions" + FIX
 )
 
 
@@ -46,7 +47,8 @@ def _create(n_clients: int = 2, **protocol) -> list[warnings.WarningMessage]:
     [
         (1, {"min_contributors": 1}, [LONE]),
         (2, {"aggregation": "sample"}, [SAMPLE]),
-        (2, {"aggregation": "weighted", "n_subregions": 3}, [WEIGHTED]),
+        (2, {"aggregation": "weighted", "n_subregions": 3}, [WEIGHTED.format(3)]),
+        (2, {"aggregation": "weighted", "n_subregions": 2}, [WEIGHTED.format(2)]),
         (2, {"aggregation": "sample", "min_contributors": 1}, [LONE, SAMPLE]),
         (2, {"aggregation": "weighted", "n_subregions": 1}, []),  # one public mixture: the mean
         (2, {}, []),
@@ -59,4 +61,6 @@ def test_each_exposure_warns_in_full_and_nothing_else_does(n_clients, protocol, 
 def test_the_warning_points_at_the_callers_create_line() -> None:
     # (Not run by benchmarks/mutation_trust.py: mutmut's trampolines add frames to the stack.)
     (caught,) = _create(2, aggregation="sample")
-    assert caught.filename == __file__  # the user's Federation.create call, not the library
+    lines, first = inspect.getsourcelines(_create)
+    # The user's Federation.create call (in _create), not the library nor the caller's caller.
+    assert caught.filename == __file__ and first <= caught.lineno < first + len(lines)
