@@ -76,6 +76,8 @@ import optuna  # noqa: E402
 import reproduce_fedpne as rf  # noqa: E402
 import reproduce_infra as infra  # noqa: E402
 import reproduce_ldp as rl  # noqa: E402
+import reproduce_report as rr  # noqa: E402
+from reproduce_report import Report  # noqa: E402
 import seedstats as st  # noqa: E402
 
 from optuna_fedbo.federation import FTSConfig  # noqa: E402
@@ -332,7 +334,7 @@ def _task_key(task: Task, clips: dict[str, float]) -> tuple[str, str, int]:
 def run_task(task: Task, scale: Scale, clips: dict[str, float]) -> dict[str, Any]:
     """One method on one seed function: its mean regret curve over agents, and DP counters."""
     functions = task.problem.functions(task.seed)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     method = task.method
     record: dict[str, Any] = {}
     if method.protocol is None:
@@ -359,6 +361,7 @@ def run_task(task: Task, scale: Scale, clips: dict[str, float]) -> dict[str, Any
     curves = fs.regret_curves(studies, functions, scale.rounds, n_init=method.n_init)
     record["curve"] = curves.mean(axis=0).tolist()
     record["seconds"] = time.perf_counter() - start
+    record["cpu_seconds"] = time.process_time() - cpu_start
     return record
 
 
@@ -385,12 +388,20 @@ def run_fts_family(
     deadline: float,
     tiers: tuple[int, int] = (0, 3),
     shard: tuple[int, int] = (1, 1),
+    methods: frozenset[str] | None = None,
 ) -> dict[str, float]:
-    """Run this shard's missing tasks, tier by tier, until the deadline; return the clip norms."""
+    """Run this shard's missing tasks, tier by tier, until the deadline; return the clip norms.
+
+    ``methods``: only the methods of these labels (all when ``None``).
+    """
     min_tier, max_tier = tiers
     clips = clip_norms(scale, cache)
     mine = infra.shard_of(ordered_fts_tasks(scale), shard)
-    tasks = [t for t in mine if min_tier <= t.tier <= max_tier]
+    tasks = [
+        t
+        for t in mine
+        if min_tier <= t.tier <= max_tier and (methods is None or t.method.label in methods)
+    ]
     todo = [
         (t, scale, clips, str(cache.root))
         for t in tasks
@@ -446,89 +457,6 @@ def _metric(curves: infra.Timed, final: bool) -> infra.Timed:
     """Per function: regret at t = T (``final``) or the mean simple regret over t = 1..T."""
     values = {s: float(c[-1] if final else c[1:].mean()) for s, c in curves.items()}
     return infra.Timed(values, getattr(curves, "seconds", None))
-
-
-class Report:
-    """Collects the claims table, the section texts and the plots."""
-
-    def __init__(self, scale: Scale) -> None:
-        self.scale = scale
-        self.claims: list[list[str]] = []
-        self.sections: list[str] = []
-
-    def claim(
-        self,
-        paper: str,
-        where: str,
-        claim: str,
-        theirs: str,
-        ours: str,
-        verdict: str,
-        seconds: float | None = None,
-        functions: int | None = None,
-    ) -> None:
-        ran = "-" if functions is None else f"{self.scale.name}, {functions} functions"
-        if seconds is not None:
-            ran += f", {infra.format_duration(seconds)}"
-        self.claims.append([paper, where, claim, theirs, ours, verdict, ran])
-
-    def missing(self, paper: str, where: str, claim: str, theirs: str, why: str) -> None:
-        why = why if why.startswith("not run") else f"not run: {why}"
-        self.claim(paper, where, claim, theirs, "not run", why)
-
-    def ordering(
-        self,
-        paper: str,
-        where: str,
-        claim: str,
-        theirs: str,
-        better: dict[int, float],
-        worse: dict[int, float],
-        digits: int = 4,
-    ) -> st.Comparison | None:
-        """Record the claim "better < worse" from per-function values (paired)."""
-        seeds = sorted(set(better) & set(worse))
-        if len(seeds) < 2:
-            self.missing(paper, where, claim, theirs, _missing_runs(len(seeds)))
-            return None
-        comparison = st.compare([better[s] for s in seeds], [worse[s] for s in seeds])
-        ours = (
-            f"{comparison.mean_a:.{digits}g} vs {comparison.mean_b:.{digits}g}; "
-            f"{comparison.text()}"
-        )
-        seconds = infra.row_seconds(better, worse, seeds=seeds)
-        verdict = st.ordering_verdict(comparison)
-        self.claim(paper, where, claim, theirs, ours, verdict, seconds, len(seeds))
-        return comparison
-
-    def comparable(
-        self,
-        paper: str,
-        where: str,
-        claim: str,
-        theirs: str,
-        a: dict[int, float],
-        b: dict[int, float],
-    ) -> None:
-        seeds = sorted(set(a) & set(b))
-        if len(seeds) < 2:
-            self.missing(paper, where, claim, theirs, _missing_runs(len(seeds)))
-            return
-        comparison = st.compare([a[s] for s in seeds], [b[s] for s in seeds])
-        ours = (
-            f"{comparison.mean_a:.4g} vs {comparison.mean_b:.4g} (ratio {comparison.ratio:.2f}); "
-            f"two-sided p = {comparison.p_two_sided:.3g}, {comparison.wins}/{comparison.n} lower"
-        )
-        verdict = st.comparable_verdict(comparison)
-        seconds = infra.row_seconds(a, b, seeds=seeds)
-        self.claim(paper, where, claim, theirs, ours, verdict, seconds, len(seeds))
-
-
-def _missing_runs(paired: int) -> str:
-    return (
-        f"not run: {paired} paired function(s) in the cache (runs missing: run the remaining "
-        "shards, or without --budget-minutes)"
-    )
 
 
 def _figure(panels: int, width: float = 5.2, height: float = 3.9) -> tuple[Any, Any]:
@@ -1098,7 +1026,14 @@ def write_report(
     groups: set[str],
     seconds: float,
 ) -> None:
-    report = Report(scale)
+    norms = _pilot_norms(scale, 2, cache, compute=False) if clips else None
+    evidence = rr.Evidence(
+        scale.agents,
+        None if not norms else float(np.median(norms)),
+        fs.N_FEATURES,
+        clips["de"] if clips else 11.0,
+    )
+    report = Report(scale, rr.read_archive(), evidence)
     if "fts" in groups and clips:
         dp_fts_de_section(report, Results(scale, cache, clips, n_init=fs.N_INIT))
         fts_section(report, Results(scale, cache, clips, n_init=1))
@@ -1126,9 +1061,15 @@ def write_report(
         "ratio within [0.75, 1.33] and a two-sided p >= 0.05. Error bars and ± are standard "
         "errors over functions.\n",
         "Summary: " + ", ".join(f"{v} {k}" for k, v in counts.items()) + ".\n",
+        f"**Scales mixed row by row, as labelled**: {report.archived_rows} rows whose runs are "
+        f"missing at `{scale.name}` come from the archived quick report "
+        f"(`{rr.ARCHIVE.relative_to(HERE).as_posix()}`; ran at 'quick, archived'); every other "
+        f"row ran at `{scale.name}`. 'why' gives, for every row that does not reproduce, the "
+        "measured reason (and, where the two scales disagree, what the other one gave).\n",
         "## Claims\n",
         st.markdown_table(
-            ["paper", "where", "claim", "paper's", "ours", "verdict", "ran at (runs' time)"],
+            ["paper", "where", "claim", "paper's", "ours", "verdict", "why"]
+            + ["ran at (runs' time)"],
             report.claims,
         ),
     ]
@@ -1162,6 +1103,19 @@ def main() -> None:
         "--min-tier", type=int, default=0, help="FTS-family runs from this tier on"
     )
     parser.add_argument(
+        "--method",
+        action="append",
+        default=None,
+        help="FTS-family runs of this method label only (repeatable; e.g. 'TS', "
+        "'DP-FTS-DE q=0.15 z=1'): the rows that matter first",
+    )
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=CACHE,
+        help=f"the results cache (one sub-directory per scale; default {CACHE})",
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
         help="rewrite the report from the cache (after every shard is done); says what is missing",
@@ -1190,7 +1144,13 @@ def main() -> None:
         if not groups <= {"fts", "fedpne", "ldp"}:
             raise ValueError(f"--groups takes fts, fedpne, ldp, got {args.groups!r}.")
         scale = SCALES[args.scale]
-        cache = st.ResultCache(CACHE / scale.name)
+        methods = None if args.method is None else frozenset(args.method)
+        known = {t.method.label for t in fts_family_tasks(scale)}
+        if methods is not None and not methods <= known:
+            raise ValueError(
+                f"--method: unknown label(s) {sorted(methods - known)}; known: {sorted(known)}."
+            )
+        cache = st.ResultCache(args.cache / scale.name)
         if args.report_only:
             infra.check_scale(cache.root, scale)
         else:
@@ -1215,7 +1175,7 @@ def main() -> None:
     else:
         if "fts" in groups:
             tiers = (args.min_tier, args.max_tier)
-            clips = run_fts_family(scale, cache, args.workers, deadline, tiers, shard)
+            clips = run_fts_family(scale, cache, args.workers, deadline, tiers, shard, methods)
         if "fedpne" in groups:
             infra.run_jobs("Fed-PNE", rf.fedpne_jobs(scale), cache, deadline, shard)
         if "ldp" in groups:
