@@ -390,7 +390,7 @@ def run_fts_family(
     shard: tuple[int, int] = (1, 1),
     methods: frozenset[str] | None = None,
 ) -> dict[str, float]:
-    """Run this shard's missing tasks, tier by tier, until the deadline; return the clip norms.
+    """Run this shard's missing tasks (of the tiers asked) until the deadline; return S.
 
     ``methods``: only the methods of these labels (all when ``None``).
     """
@@ -402,9 +402,11 @@ def run_fts_family(
         for t in mine
         if min_tier <= t.tier <= max_tier and (methods is None or t.method.label in methods)
     ]
+    # Function by function (the shard's split stays the fixed list's): runs cut short by the
+    # budget leave every method on the same functions, which the paired claims need.
     todo = [
         (t, scale, clips, str(cache.root))
-        for t in tasks
+        for t in sorted(tasks, key=lambda t: (t.seed, t.tier))
         if cache.get(*_task_key(t, clips)) is None
     ]
     print(

@@ -26,6 +26,9 @@ import seedstats as st
 #: The last report at ``--scale quick`` (N = 50; its results cache was not kept).
 ARCHIVE = Path(__file__).resolve().parent / "reproduction" / "quick-2026-11-26.md"
 ARCHIVE_LABEL = "quick, archived (N=50, 2026-11-26, older code)"
+#: Fewer paired functions than this at the report's scale: the archived row (if any) leads,
+#: and this scale's partial result is quoted in its 'why'.
+MIN_FUNCTIONS = 10
 #: Per claim (its :func:`claim_key` without the paper), a separate measurement of what makes
 #: it fail or changes the ordering.
 MEASURED = {
@@ -149,9 +152,9 @@ def reason(
     parts: list[str] = []
     other = None if from_archive or archived is None else archived
     if other is not None and other.category != category:
-        parts.append(f"at N=50 (archived quick): {other.verdict.replace('**', '')}")
+        parts.append(f"archived quick scale: {other.verdict.replace('**', '')}")
         if category != "not reproduced" and other.category == "not reproduced":
-            parts.append("so the N=50 failure was **scale**")
+            parts.append("so the quick-scale failure was **scale**")
     if category != "not reproduced":
         return "; ".join(parts)
     if from_archive:
@@ -232,13 +235,21 @@ class Report:
         why = why if why.startswith("not run") else f"not run: {why}"
         self.claim(paper, where, claim, theirs, "not run", why)
 
-    def runs_missing(self, paper: str, where: str, claim: str, theirs: str, paired: int) -> None:
-        """Runs missing at this scale: the archived quick row, labelled, or 'not run'."""
+    def runs_missing(
+        self, paper: str, where: str, claim: str, theirs: str, paired: int, partial: str = ""
+    ) -> bool:
+        """Runs missing at this scale: the archived quick row, labelled (``partial``: what
+        this scale's runs gave so far, quoted in 'why'), or 'not run' without ``partial``.
+
+        Returns:
+            Whether a row was added (no row: the caller records its partial result itself).
+        """
         key = claim_key(paper, where, claim)
         archived = self.archive.get(key)
         if archived is None or archived.category == "not run":
-            self.missing(paper, where, claim, theirs, _missing_runs(paired))
-            return
+            if not partial:
+                self.missing(paper, where, claim, theirs, _missing_runs(paired))
+            return not partial
         why = reason(
             key,
             archived.category,
@@ -248,9 +259,19 @@ class Report:
             p_two_sided=archived_p(archived.verdict),
             n=10,
         )
+        if partial:
+            why = f"{partial}" + (f"; {why}" if why else "")
         self.archived_rows += 1
         self.claims.append(
             [paper, where, claim, theirs, archived.ours, archived.verdict, why, ARCHIVE_LABEL]
+        )
+        return True
+
+    def _partial(self, ours: str, verdict: str, n: int, seconds: float | None) -> str:
+        """This scale's result on fewer than :data:`MIN_FUNCTIONS` functions, for 'why'."""
+        return (
+            f"{self.scale.name} so far ({n} functions, {infra.format_duration(seconds)}): "
+            f"{ours}, {verdict.replace('**', '')}"
         )
 
     def ordering(
@@ -275,6 +296,10 @@ class Report:
         )
         seconds = infra.row_seconds(better, worse, seeds=seeds)
         verdict = st.ordering_verdict(comparison)
+        if len(seeds) < MIN_FUNCTIONS:
+            partial = self._partial(ours, verdict, len(seeds), seconds)
+            if self.runs_missing(paper, where, claim, theirs, len(seeds), partial):
+                return comparison
         self.claim(paper, where, claim, theirs, ours, verdict, seconds, len(seeds), comparison)
         return comparison
 
@@ -298,6 +323,10 @@ class Report:
         )
         verdict = st.comparable_verdict(comparison)
         seconds = infra.row_seconds(a, b, seeds=seeds)
+        if len(seeds) < MIN_FUNCTIONS:
+            partial = self._partial(ours, verdict, len(seeds), seconds)
+            if self.runs_missing(paper, where, claim, theirs, len(seeds), partial):
+                return
         self.claim(paper, where, claim, theirs, ours, verdict, seconds, len(seeds), comparison)
 
 
