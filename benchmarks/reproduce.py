@@ -308,25 +308,33 @@ def _pilot_norms(
     return norms
 
 
-def clip_norms(scale: Scale, cache: st.ResultCache, compute: bool = True) -> dict[str, float]:
-    """S for DP-FTS-DE (P = 2) and DP-FTS (P = 1), clipping CLIPPED_FRACTION of the pilot's;
-    ``{}`` when a pilot is missing and ``compute`` is false (``--report-only``)."""
+def clip_norms(
+    scale: Scale,
+    cache: st.ResultCache,
+    compute: bool = True,
+    needed: frozenset[str] = frozenset({"de", "fts"}),
+) -> dict[str, float]:
+    """S for DP-FTS-DE (``"de"``, P = 2) and DP-FTS (``"fts"``, P = 1), clipping
+    CLIPPED_FRACTION of the pilot's uploads. The pilots of ``needed`` are run if missing (with
+    ``compute``); an S whose pilot is missing is left out (its DP runs cannot be keyed yet)."""
     clips = {}
     for name, n_subregions in (("de", 2), ("fts", 1)):
-        norms = _pilot_norms(scale, n_subregions, cache, compute)
-        if norms is None:
-            return {}
-        clips[name] = presets.clip_norm_for_fraction(
-            norms, n_subregions=n_subregions, clipped_fraction=CLIPPED_FRACTION
-        )
+        norms = _pilot_norms(scale, n_subregions, cache, compute and name in needed)
+        if norms is not None:
+            clips[name] = presets.clip_norm_for_fraction(
+                norms, n_subregions=n_subregions, clipped_fraction=CLIPPED_FRACTION
+            )
     return clips
 
 
-def _task_key(task: Task, clips: dict[str, float]) -> tuple[str, str, int]:
+def _task_key(task: Task, clips: dict[str, float]) -> tuple[str, str, int] | None:
+    """The cache key of a run (``None``: a DP run whose pilot, hence S, is missing)."""
     # The configuration's digest is part of the key: a changed default reruns, never reuses.
     label = f"{task.method.label} #{zlib.crc32(repr(task.method).encode()):08x}"
     if task.method.privacy is not None:
         privacy = task.method.privacy
+        if privacy.clip not in clips:
+            return None
         label += f" [S={clips[privacy.clip] * privacy.clip_factor:.3f}]"
     return task.problem.key, label, task.seed
 
@@ -395,13 +403,14 @@ def run_fts_family(
     ``methods``: only the methods of these labels (all when ``None``).
     """
     min_tier, max_tier = tiers
-    clips = clip_norms(scale, cache)
     mine = infra.shard_of(ordered_fts_tasks(scale), shard)
     tasks = [
         t
         for t in mine
         if min_tier <= t.tier <= max_tier and (methods is None or t.method.label in methods)
     ]
+    needed = frozenset(t.method.privacy.clip for t in tasks if t.method.privacy is not None)
+    clips = clip_norms(scale, cache, needed=needed)
     # Function by function (the shard's split stays the fixed list's): runs cut short by the
     # budget leave every method on the same functions, which the paired claims need.
     todo = [
@@ -445,7 +454,8 @@ class Results:
         out = {}
         for task in self.tasks:
             if task.problem == problem and task.method.label == label:
-                found = self.cache.get(*_task_key(task, self.clips))
+                key = _task_key(task, self.clips)
+                found = None if key is None else self.cache.get(*key)
                 if found is not None:
                     out[task.seed] = found
         return out
@@ -515,6 +525,10 @@ def _method_table(results: Results, problem: Problem, labels: list[str]) -> str:
     )
 
 
+def _clip_text(clips: dict[str, float], name: str) -> str:
+    return f"{clips[name]:.2f}" if name in clips else "(pilot not run yet)"
+
+
 def dp_fts_de_section(report: Report, results: Results) -> None:
     from privacy_accounting import epsilon_table
 
@@ -534,8 +548,8 @@ def dp_fts_de_section(report: Report, results: Results) -> None:
         f"Clip norms chosen the paper's way (so that {100 * CLIPPED_FRACTION:.1f}% of a "
         f"non-private pilot run's uploads are clipped, pilot on {scale.pilot_functions} "
         "function(s) not evaluated): "
-        f"S = {results.clips['de']:.2f} for P = 2 (the paper: 11) and "
-        f"S = {results.clips['fts']:.2f} for P = 1 (the paper: 8).\n",
+        f"S = {_clip_text(results.clips, 'de')} for P = 2 (the paper: 11) and "
+        f"S = {_clip_text(results.clips, 'fts')} for P = 1 (the paper: 8).\n",
     ]
     # Epsilons: privacy_accounting.py's table of the paper's 14 settings.
     rows, matched = [], 0
@@ -1002,17 +1016,15 @@ def coverage_lines(
     """Per group: runs in the cache out of the scale's runs, and their summed run time."""
     keys: dict[str, list[tuple[Any, ...]]] = {}
     if "fts" in groups:
-        tasks = ordered_fts_tasks(scale)
-        keys["FTS family"] = [_task_key(t, clips) for t in tasks] if clips else []
-        if not clips:
-            return ["**Coverage**: FTS family: the pilot runs are missing (no FTS claims).\n"]
+        # A DP run whose pilot is missing has no key yet: it counts as missing.
+        keys["FTS family"] = [_task_key(t, clips or {}) for t in ordered_fts_tasks(scale)]
     if "fedpne" in groups:
         keys["Fed-PNE"] = [key for key, _ in rf.fedpne_jobs(scale)]
     if "ldp" in groups:
         keys["LDP-BO"] = [key for key, _ in rl.ldp_jobs(scale)]
     parts = []
     for name, group in keys.items():
-        found = [r for key in group if (r := cache.get(*key)) is not None]
+        found = [r for key in group if key and (r := cache.get(*key)) is not None]
         seconds = sum(float(r.get("seconds", 0.0)) for r in found)
         parts.append(
             f"{name}: {infra.coverage(len(found), len(group))} "
@@ -1028,15 +1040,15 @@ def write_report(
     groups: set[str],
     seconds: float,
 ) -> None:
-    norms = _pilot_norms(scale, 2, cache, compute=False) if clips else None
+    norms = _pilot_norms(scale, 2, cache, compute=False) if clips is not None else None
     evidence = rr.Evidence(
         scale.agents,
         None if not norms else float(np.median(norms)),
         fs.N_FEATURES,
-        clips["de"] if clips else 11.0,
+        (clips or {}).get("de", 11.0),
     )
     report = Report(scale, rr.read_archive(), evidence)
-    if "fts" in groups and clips:
+    if "fts" in groups and clips is not None:
         dp_fts_de_section(report, Results(scale, cache, clips, n_init=fs.N_INIT))
         fts_section(report, Results(scale, cache, clips, n_init=1))
     if "fedpne" in groups:

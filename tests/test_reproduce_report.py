@@ -61,6 +61,7 @@ def test_missing_runs_take_the_archived_row_labelled_with_its_scale(tmp_path: Pa
     report.ordering("FTS", "Fig. 1a/b", "effect of M", "M orderings", {}, {})
     archived, absent, not_run = report.claims
     assert archived[4].startswith("0.049 vs 0.048") and archived[-1] == rr.ARCHIVE_LABEL
+    assert archived[1] == "Fig. 2c (N=50)"  # the archived run's own N, not this scale's
     assert "runs are missing" in archived[6] and "not yet tested at N=200" in archived[6]
     assert "a statistical tie on 10 functions (two-sided p = 0.56" in archived[6]
     assert absent[4] == "not run" and "0 paired function(s)" in absent[5]
@@ -86,7 +87,7 @@ def test_every_row_that_does_not_reproduce_has_a_measured_reason(tmp_path: Path)
     assert st.category(holds[5]) == "reproduced"
     assert "the quick-scale failure was **scale**" in holds[6]
     assert "not scale: N = 50 is the paper's own N" in seven[6]
-    assert "significant reversal on 12 functions" in seven[6]
+    assert "significant reversal on 12 functions (two-sided p < 0.05)" in seven[6]
     assert "does not hold in our implementation" in ldp[6]
     assert "no separate measurement yet" in unmeasured[6]
     for row in report.claims:
