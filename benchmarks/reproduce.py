@@ -8,11 +8,18 @@ One command runs everything and writes the report with its plots (``benchmarks/r
 Every claim is run on at least 10 seed functions (random problems); error bars are standard
 errors over functions, comparisons are paired (wins out of functions, one-sided Wilcoxon
 signed-rank test), and the plots show curves over t. Results are cached one file per
-(problem, method, function) under ``benchmarks/results/reproduce/<scale>/``, each with its wall
-time, so an interrupted run resumes where it stopped; ``--budget-minutes`` stops starting new
-runs after a while, ``--report-only`` rewrites the report from the cache (saying, per group,
-how many runs are missing, and per claim at which scale, on how many functions and with how
-much run time it ran), ``--workers`` runs functions in parallel, ``--groups`` picks sections.
+(problem, method, function) under ``benchmarks/reproduction/cache/<scale>/`` (``--cache``),
+each with its wall and CPU time, so an interrupted run resumes where it stopped. The FTS
+family's results (about 1 KB a run, the pilots 160 KB) are committed, so that a later sitting
+on another machine continues them; Fed-PNE's and LDP-BO's (a curve of T points: about 100 KB
+a run, 50 MB in all) are not (``cache/.gitignore``): they are rerun where the report is
+written. ``--budget-minutes`` stops starting new runs after a while, ``--method`` runs only
+the FTS-family methods named (the rows that matter first; function by function, so that a run
+cut short leaves paired results), ``--report-only`` rewrites the report from the cache
+(saying, per group, how many runs are missing, and per claim at which scale, on how many
+functions and with how much run time it ran; a claim with fewer than 10 functions at this
+scale shows the archived quick report's row, labelled, and quotes the new partial result),
+``--workers`` runs functions in parallel, ``--groups`` picks sections.
 
 Several processes or machines share a full run with ``--shard K/N`` (a fixed split of all the
 runs, so shards started at any time are disjoint; each writes to the same cache and no report)::
@@ -87,7 +94,7 @@ from optuna_fedbo.federation.dp_config import DPConfig  # noqa: E402
 HERE = Path(__file__).resolve().parent
 REPORT = HERE / "REPRODUCTION.md"
 PLOTS = HERE / "reproduction"
-CACHE = HERE / "results" / "reproduce"
+CACHE = HERE / "reproduction" / "cache"
 #: Fraction of uploaded vectors the clip norm clips (DP-FTS-DE Sec. 5.1: 0.8% at S = 11).
 CLIPPED_FRACTION = 0.008
 
