@@ -35,18 +35,19 @@ another scale is refused (exit status 2); ``--rebuild-cache`` moves it aside and
 ``--accept-cache-from-other-code`` continues it at the same scale, and the report names every
 code digest it mixes (for a long run that a fix elsewhere in the library would otherwise void).
 
-Cost of ``--scale full`` (measured 2026-11-27 on this 2-core x86_64 machine class, CPU seconds
-of one process, i.e. the wall time on an idle core; the machine was loaded, so wall times then
-were 4-6x longer). FTS family, 660 runs + 4 pilots: one N = 200 run costs about 19 s (local
-TS), 60 s (FTS-DE) and 75 s (DP-FTS-DE) at T = 40 (extrapolated from T = 5, 10, 20: 16, 24, 35 s
-for FTS-DE; 19, 43 s at T = 5, 20 for DP-FTS-DE), an N = 50 run about a quarter: about 9 CPU
-hours in all (260 DP runs at N = 200 are two thirds of it). Fed-PNE, 520 runs: about 2 minutes
-without HCT (0.1-0.9 s per run); HCT's 80 runs need PyXAB (not installed where this was
-measured; not timed). LDP-BO, 320 runs: 6 s per practical run, 3 s per paper run of a
-CTL(epsilon) setting, but 65 s per paper run with heavy-tailed noise (ATA's unbounded
-dictionary): about 1.1 hours. In all about 10 CPU hours plus HCT: ``--shard K/8`` on four such
-machines (two shards each, ``--workers 1``) is about 1.5 hours per machine idle; two shards on
-one idle machine about 5-6 hours.
+Cost of ``--scale full`` (estimated 2026-11-27 on this 2-core x86_64 machine class idle, CPU
+seconds of one process): one N = 200 run about 19 s (local TS), 60 s (FTS-DE) and 75 s
+(DP-FTS-DE) at T = 40 (extrapolated from T = 5, 10, 20), an N = 50 run about a quarter: about 9
+CPU hours for the FTS family's 660 runs + 4 pilots (260 DP runs at N = 200 are two thirds).
+Measured the same day on a loaded machine (load 7-18, every run at nice 15, 2 workers): local
+TS at N = 200 took 20-21 CPU s (76-78 s wall), an FTS-DE pilot at N = 200 2.3-3.6 CPU minutes
+(6-11 min wall), a DP-FTS-DE run at N = 200 over 2.5 CPU minutes: under load the FTS family is
+2-3x the idle estimate. Fed-PNE, 600 runs: 0.1-4 s per Fed-PNE run, 20-40 s per HCT run at
+T = 5000 (PyXAB: ``pip install PyXAB==0.3.0``), about an hour. LDP-BO, 320 runs: 6 s per
+practical run, 3 s per paper run of a CTL(epsilon) setting, but 65 s per paper run with
+heavy-tailed noise (ATA's unbounded dictionary): about 1.1 hours. In all 11-12 CPU hours idle:
+``--shard K/8`` on four idle machines (two shards each, ``--workers 1``) is about 1.5 hours per
+machine; two shards on one idle machine 6 hours.
 
 The drivers of the individual benchmarks are reused: ``federation_synthetic.py`` (the FTS/DE
 synthetic problems, local TS, the federation runner), ``privacy_accounting.py`` (the papers'
