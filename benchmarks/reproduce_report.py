@@ -55,6 +55,10 @@ MEASURED = {
 }
 #: The DP-FTS-DE figures whose claims are about the DP mechanism (its noise shrinks as 1/N).
 DP_FIGURES = ("Fig. 2b", "Fig. 2c", "Fig. 2d", "Fig. 4", "Fig. 6", "Fig. 12a")
+#: N of DP-FTS-DE's synthetic experiments (App. B.1.1).
+PAPER_AGENTS = 200
+#: DP-FTS-DE's synthetic figures: each from one sampled GP function.
+SYNTHETIC_FIGURES = ("Fig. 2", "Fig. 4", "Fig. 5", "Fig. 6", "Fig. 7", "Fig. 12a")
 #: LDP-BO rows: measured by ``benchmarks/ldp_paper_settings.py`` (reproduce_ldp.DIAGNOSIS).
 LDP_REASON = (
     "does not hold in our implementation at either parameter set (measured: the LDP-BO "
@@ -152,6 +156,7 @@ def reason(
     from_archive: bool,
     p_two_sided: float | None = None,
     n: int | None = None,
+    wins: int | None = None,
 ) -> str:
     """Why a row did not reproduce, or what the other scale showed ('' when nothing to say)."""
     paper, where, claim = key
@@ -166,13 +171,21 @@ def reason(
     if from_archive:
         parts.append("this scale's runs are missing")
     dp = paper == "DP-FTS-DE" and where.startswith(DP_FIGURES)
-    if dp and from_archive:
-        parts.append("scale is the candidate, not yet tested at N=200: " + _dp_noise(evidence))
+    if dp and (from_archive or evidence.agents < PAPER_AGENTS):
+        parts.append(
+            f"scale is the candidate, not yet tested at N = {PAPER_AGENTS}: " + _dp_noise(evidence)
+        )
     elif dp:
         parts.append(f"not scale: it fails at N = {evidence.agents} too; " + _dp_noise(evidence))
     tie = _tie_or_reversal(p_two_sided, n)
     if tie:
         parts.append(tie)
+    if paper == "DP-FTS-DE" and where.startswith(SYNTHETIC_FIGURES) and wins is not None:
+        parts.append(
+            f"the paper's curves come from one sampled function (Fig. 2 caption: N agents x 5 "
+            f"initializations; App. B.1.1); here the paper's side wins on {wins} of {n} "
+            "functions, so one function can show either ordering"
+        )
     measured = MEASURED.get((where, claim))
     if measured is not None:
         parts.append(measured)
@@ -181,6 +194,12 @@ def reason(
     elif not dp:
         parts.append("no separate measurement yet")
     return "; ".join(parts)
+
+
+def archived_wins(ours: str) -> tuple[int | None, int | None]:
+    """``(wins, functions)`` of an archived row's 'ours' ("k/n wins" or "k/n lower")."""
+    found = re.search(r"(\d+)/(\d+) (?:wins|lower)", ours)
+    return (int(found.group(1)), int(found.group(2))) if found else (None, None)
 
 
 def archived_p(verdict: str) -> float | None:
@@ -234,6 +253,7 @@ class Report:
                 from_archive=False,
                 p_two_sided=None if comparison is None else comparison.p_two_sided,
                 n=None if comparison is None else comparison.n,
+                wins=None if comparison is None else comparison.wins,
             )
         self.claims.append([paper, where, claim, theirs, ours, verdict, why, ran])
 
@@ -256,6 +276,7 @@ class Report:
             if not partial:
                 self.missing(paper, where, claim, theirs, _missing_runs(paired))
             return not partial
+        wins, functions = archived_wins(archived.ours)
         why = reason(
             key,
             archived.category,
@@ -263,7 +284,8 @@ class Report:
             self.evidence,
             from_archive=True,
             p_two_sided=archived_p(archived.verdict),
-            n=10,
+            n=functions,
+            wins=wins,
         )
         if partial:
             why = f"{partial}" + (f"; {why}" if why else "")

@@ -62,7 +62,8 @@ def test_missing_runs_take_the_archived_row_labelled_with_its_scale(tmp_path: Pa
     archived, absent, not_run = report.claims
     assert archived[4].startswith("0.049 vs 0.048") and archived[-1] == rr.ARCHIVE_LABEL
     assert archived[1] == "Fig. 2c (N=50)"  # the archived run's own N, not this scale's
-    assert "runs are missing" in archived[6] and "not yet tested at N=200" in archived[6]
+    assert "runs are missing" in archived[6] and "not yet tested at N = 200" in archived[6]
+    assert "one sampled function" in archived[6] and "wins on 7 of 10 functions" in archived[6]
     assert "a statistical tie on 10 functions (two-sided p = 0.56" in archived[6]
     assert absent[4] == "not run" and "0 paired function(s)" in absent[5]
     assert not_run[4] == "not run"  # an archived 'not run' is not a result
