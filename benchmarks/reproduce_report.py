@@ -157,8 +157,13 @@ def reason(
     p_two_sided: float | None = None,
     n: int | None = None,
     wins: int | None = None,
+    partial_holds: bool | None = None,
 ) -> str:
-    """Why a row did not reproduce, or what the other scale showed ('' when nothing to say)."""
+    """Why a row did not reproduce, or what the other scale showed ('' when nothing to say).
+
+    ``partial_holds``: for an archived row, whether this scale's runs so far (fewer than
+    :data:`MIN_FUNCTIONS`) go the paper's way on the mean (``None``: no such runs).
+    """
     paper, where, claim = key
     parts: list[str] = []
     other = None if from_archive or archived is None else archived
@@ -171,7 +176,15 @@ def reason(
     if from_archive:
         parts.append("this scale's runs are missing")
     dp = paper == "DP-FTS-DE" and where.startswith(DP_FIGURES)
-    if dp and (from_archive or evidence.agents < PAPER_AGENTS):
+    at_paper_n = evidence.agents >= PAPER_AGENTS
+    if dp and from_archive and at_paper_n and partial_holds is not None:
+        verdict = "supports scale" if partial_holds else "does not support scale"
+        parts.append(
+            f"N = {evidence.agents} so far {verdict} (the paper's side "
+            f"{'leads' if partial_holds else 'trails'} on the mean there; fewer than "
+            f"{MIN_FUNCTIONS} functions): " + _dp_noise(evidence)
+        )
+    elif dp and (from_archive or not at_paper_n):
         parts.append(
             f"scale is the candidate, not yet tested at N = {PAPER_AGENTS}: " + _dp_noise(evidence)
         )
@@ -262,7 +275,14 @@ class Report:
         self.claim(paper, where, claim, theirs, "not run", why)
 
     def runs_missing(
-        self, paper: str, where: str, claim: str, theirs: str, paired: int, partial: str = ""
+        self,
+        paper: str,
+        where: str,
+        claim: str,
+        theirs: str,
+        paired: int,
+        partial: str = "",
+        partial_holds: bool | None = None,
     ) -> bool:
         """Runs missing at this scale: the archived quick row, labelled (``partial``: what
         this scale's runs gave so far, quoted in 'why'), or 'not run' without ``partial``.
@@ -286,6 +306,7 @@ class Report:
             p_two_sided=archived_p(archived.verdict),
             n=functions,
             wins=wins,
+            partial_holds=partial_holds,
         )
         if partial:
             why = f"{partial}" + (f"; {why}" if why else "")
@@ -327,7 +348,8 @@ class Report:
         verdict = st.ordering_verdict(comparison)
         if len(seeds) < MIN_FUNCTIONS:
             partial = self._partial(ours, verdict, len(seeds), seconds)
-            if self.runs_missing(paper, where, claim, theirs, len(seeds), partial):
+            holds = comparison.mean_a < comparison.mean_b
+            if self.runs_missing(paper, where, claim, theirs, len(seeds), partial, holds):
                 return comparison
         self.claim(paper, where, claim, theirs, ours, verdict, seconds, len(seeds), comparison)
         return comparison

@@ -125,5 +125,19 @@ def test_fewer_than_ten_functions_keep_the_archived_row_and_quote_the_new_one(
     archived, alone = report.claims
     assert archived[-1] == rr.ARCHIVE_LABEL and archived[4].startswith("0.049")
     assert archived[6].startswith("full so far (5 functions, 10 min): 2.5 vs 3; 5/5 wins")
+    assert "N = 200 so far supports scale" in archived[6]
     assert alone[-1] == "full, 5 functions, 10 min"  # nothing archived: the partial row
     assert alone[5].startswith("too few functions (5 < 10)")
+
+
+def test_partial_runs_at_the_papers_n_that_still_fail_do_not_support_scale(
+    tmp_path: Path,
+) -> None:
+    report = _report(tmp_path)
+    better = {s: 0.5 + s for s in range(5)}
+    worse = {s: 1.0 + s for s in range(5)}
+    report.ordering("DP-FTS-DE", "Fig. 2c (N=200)", "larger q: q=0.5 beats q=0.25", "below",
+                    worse, better)  # fmt: skip
+    why = report.claims[0][6]
+    assert "N = 200 so far does not support scale" in why and "0/5 wins" in why
+    assert "not yet tested" not in why
