@@ -134,14 +134,14 @@ def _tie_or_reversal(p_two_sided: float | None, n: int | None) -> str:
     return f"a significant reversal on {n} functions (two-sided p < {st.ALPHA})"
 
 
-def _dp_noise(evidence: Evidence) -> str:
+def _dp_noise(evidence: Evidence, q: float = 0.25) -> str:
     low, high = sorted({50, evidence.agents})
     text = (
-        f"DP noise on the released vector sqrt(M) z S/(qN) at q = 0.25, z = 1: "
-        f"{evidence.noise_norm(low):.2g} at N = {low}"
+        f"DP noise on the released vector sqrt(M) z S/(qN) at q = {q:g}, z = 1: "
+        f"{evidence.noise_norm(low, q):.2g} at N = {low}"
     )
     if high != low:
-        text += f", {evidence.noise_norm(high):.2g} at N = {high}"
+        text += f", {evidence.noise_norm(high, q):.2g} at N = {high}"
     if evidence.upload_norm is not None:
         text += f", against a median upload norm of {evidence.upload_norm:.2g} (pilot)"
     return text
@@ -173,23 +173,27 @@ def reason(
             parts.append("so the quick-scale failure was **scale**")
     if category != "not reproduced":
         return "; ".join(parts)
-    if from_archive:
+    if from_archive and partial_holds is None:
         parts.append("this scale's runs are missing")
     dp = paper == "DP-FTS-DE" and where.startswith(DP_FIGURES)
+    q = 0.15 if "single-digit" in claim else 0.25  # that claim's run: q = 0.15 (eps 5.93)
     at_paper_n = evidence.agents >= PAPER_AGENTS
     if dp and from_archive and at_paper_n and partial_holds is not None:
         verdict = "supports scale" if partial_holds else "does not support scale"
         parts.append(
             f"N = {evidence.agents} so far {verdict} (the paper's side "
             f"{'leads' if partial_holds else 'trails'} on the mean there; fewer than "
-            f"{MIN_FUNCTIONS} functions): " + _dp_noise(evidence)
+            f"{MIN_FUNCTIONS} functions): " + _dp_noise(evidence, q)
         )
     elif dp and (from_archive or not at_paper_n):
         parts.append(
-            f"scale is the candidate, not yet tested at N = {PAPER_AGENTS}: " + _dp_noise(evidence)
+            f"scale is the candidate, not yet tested at N = {PAPER_AGENTS}: "
+            + _dp_noise(evidence, q)
         )
     elif dp:
-        parts.append(f"not scale: it fails at N = {evidence.agents} too; " + _dp_noise(evidence))
+        parts.append(
+            f"not scale: it fails at N = {evidence.agents} too; " + _dp_noise(evidence, q)
+        )
     tie = _tie_or_reversal(p_two_sided, n)
     if tie:
         parts.append(tie)
@@ -317,7 +321,7 @@ class Report:
         )
         return True
 
-    def _partial(self, ours: str, verdict: str, n: int, seconds: float | None) -> str:
+    def partial_text(self, ours: str, verdict: str, n: int, seconds: float | None) -> str:
         """This scale's result on fewer than :data:`MIN_FUNCTIONS` functions, for 'why'."""
         return (
             f"{self.scale.name} so far ({n} functions, {infra.format_duration(seconds)}): "
@@ -347,7 +351,7 @@ class Report:
         seconds = infra.row_seconds(better, worse, seeds=seeds)
         verdict = st.ordering_verdict(comparison)
         if len(seeds) < MIN_FUNCTIONS:
-            partial = self._partial(ours, verdict, len(seeds), seconds)
+            partial = self.partial_text(ours, verdict, len(seeds), seconds)
             holds = comparison.mean_a < comparison.mean_b
             if self.runs_missing(paper, where, claim, theirs, len(seeds), partial, holds):
                 return comparison
@@ -375,7 +379,7 @@ class Report:
         verdict = st.comparable_verdict(comparison)
         seconds = infra.row_seconds(a, b, seeds=seeds)
         if len(seeds) < MIN_FUNCTIONS:
-            partial = self._partial(ours, verdict, len(seeds), seconds)
+            partial = self.partial_text(ours, verdict, len(seeds), seconds)
             if self.runs_missing(paper, where, claim, theirs, len(seeds), partial):
                 return
         self.claim(paper, where, claim, theirs, ours, verdict, seconds, len(seeds), comparison)
