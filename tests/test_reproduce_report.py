@@ -141,3 +141,25 @@ def test_partial_runs_at_the_papers_n_that_still_fail_do_not_support_scale(
     why = report.claims[0][6]
     assert "N = 200 so far does not support scale" in why and "0/5 wins" in why
     assert "not yet tested" not in why
+
+
+def test_the_log_t_row_counts_the_seeds_it_ran_on(tmp_path: Path) -> None:
+    import reproduce
+    import reproduce_fedpne as rf
+
+    scale = reproduce.SCALES["smoke"]  # 2 seeds per horizon at this scale
+    cache = st.ResultCache(tmp_path / "cache")
+    for t in scale.comm_horizons:  # garland: one seed only, at every horizon
+        cache.put({"value": [2.0 + 0.5 * t / 100, 10.0], "seconds": 1.0},
+                  "fedpne-comm-garland", f"T={t}", 0)  # fmt: skip
+
+    def save(fig, name: str) -> str:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+        return name
+
+    report = rr.Report(scale)
+    rf.fedpne_section(report, cache, reproduce._figure, save)
+    (row,) = [r for r in report.claims if r[2].startswith("communication") and "garland" in r[1]]
+    assert row[-1] == "smoke, 1 functions, 3 s"  # not the scale's 2
