@@ -242,7 +242,13 @@ def test_a_round_with_fewer_than_t_survivors_publishes_nothing_and_spends_nothin
     report = _run(fed, server, {})
     assert report is not None and report.published and report.round == 0
     assert len(fed.privacy_ledger().entries()) == 1
-    assert len(draws) == 4  # the second attempt masks the inputs noised once, no fresh noise
+    # c0 and c1 masked in the failed attempt too: they cannot tell whether their masked inputs
+    # were unmasked, so they count it, and mask their inputs again with fresh noise (c2 and c3
+    # mask theirs for the first time, with the noise drawn at their upload).
+    assert len(draws) == 6
+    driver = driver_of(fed.channel)
+    spent = {c: p.own_ledger.releases() for c, p in driver._participants.items()}
+    assert spent == {"c0": 2, "c1": 2, "c2": 1, "c3": 1}
 
 
 def test_the_budget_stops_the_server_before_a_sum_is_unmasked() -> None:

@@ -170,9 +170,11 @@ def secure_upload(channel: Any, client_id: str, omega: np.ndarray, n_observation
         driver = driver_of(channel)
         participant = driver.participant(federation, client_id)
         if federation.privacy is not None:  # DP-FTS(-DE): clipped, weighed and noised here
-            participant.offer(
-                private_input(federation, client_id, omega, round_index), encoded=True
-            )
+
+            def draw() -> np.ndarray:
+                return private_input(federation, client_id, omega, round_index)
+
+            participant.offer(draw(), encoded=True, redraw=draw)
             participant.poll()
             driver.kick()
             return round_index

@@ -7,8 +7,10 @@ weights are public: the schedule and the assignment), the ``P M`` vector divided
 largest weight ``phi_max`` (so that its norm is at most ``S`` every round and the mechanism is
 the same in every round), then rounded and given its share of Skellam noise
 (:meth:`~optuna_fedbo.core.secagg.distributed_dp.DistributedSkellam.participant_input`, OS
-entropy). The noise is drawn once per upload: an input that goes to a later attempt of the round
-goes with the same noise.
+entropy). The noise is drawn once per masking: an input that goes to a later attempt of the
+round after it was masked goes with fresh noise (no noise share is ever in two sums), and every
+masking is counted in the participant's own ledger before it is sent
+(:mod:`optuna_fedbo.federation.secagg.spending`).
 
 The server's part (:func:`publish_private`): it checks the budget before a round's protocol
 starts (it must not unmask a sum it could not account), and once the sum of the survivors ``U``

@@ -21,7 +21,9 @@ participant, and a worker whose own keys are not in the directory refuses it and
 
 The same folder keeps the participant's standardization reference (the mean and spread of the
 values of the first statistics it offered), so that a restarted participant measures its values
-on the scale it used before. Federations in in-memory storages keep both in memory.
+on the scale it used before, and under distributed DP its own count of releases
+(:mod:`~optuna_fedbo.federation.secagg.spending`). Federations in in-memory storages keep them in
+memory.
 """
 
 from __future__ import annotations

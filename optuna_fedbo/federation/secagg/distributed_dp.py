@@ -28,16 +28,33 @@ the ledger the same epsilon.
   mechanism, so it is not done: every participant's input is summed and accounted at ``q = 1``.
 * Noise of dropouts is missing from the sum; each share is ``V / t``, so ``t`` survivors carry
   ``V`` and ``N`` carry ``N V / t`` (up to twice the noise variance the central mechanism needs).
+* **Against a server that deviates from the protocol** (it unmasks an attempt's sum, then
+  claims the attempt failed and starts the round over, or never publishes what it unmasked) the
+  server's ledger bounds nothing, so participants count their own releases
+  (:mod:`~optuna_fedbo.federation.secagg.spending`): before it sends a masked input, a
+  participant records it in its own ledger in its key folder (outside the storage, only ever
+  extended), on the same curve as the server's ledger (the Skellam Renyi DP bound converted by
+  ``dp_accounting``), and once one more release would take its epsilon above ``epsilon_budget``
+  it masks nothing more and takes no further part (a warning says so). An input masked again in
+  a later attempt is noised afresh, so no noise share is ever in two sums and every sum is an
+  independent release. What is guaranteed: whatever the server does, each participant's input
+  is in at most as many noisy sums as its own count, so its epsilon (at the federation's delta,
+  zero-out neighbours, while every sum carries ``t`` honest noise shares) is at most the budget;
+  a rolled-back, recreated or swapped storage does not reset the count (a restarted process, or
+  another worker of the site on the same host, reads the same file). The count starts at the
+  masking, not at the unmask request, because a masked input can be unmasked without its
+  sender: the self-mask shares of its holders and the survivor signatures of ``t`` others
+  suffice.
 * What remains: participants colluding with the server can subtract their own shares (the
   guarantee holds while ``t`` honest participants' noise is in the sum); a malicious participant
-  can send any input within the ring. A server that deviates from the protocol (unmasks, then
-  claims the attempt failed and runs another of the same round) gets no second sum of the same
-  noised inputs (a participant that answered an unmask request never masks that input again:
-  :class:`~optuna_fedbo.federation.secagg.participant.SecAggParticipant`), but it can get one sum
-  per such attempt of the participants' next inputs, with fresh noise, which the ledger, written
-  by that server, does not count (participants do not count their own releases). Against an
-  honest-but-curious server that runs this code, every sum it computes is accounted before it
-  leaves the server process.
+  can send any input within the ring. Without an ``epsilon_budget`` participants count but never
+  stop. A participant's count can exceed the server's ledger: an attempt that fails after it
+  masked counts for it (it cannot tell whether its input was unmasked), so with dropouts it may
+  stop before the server does. A site whose workers run on several hosts keeps one count per
+  host (per key folder), and no host sees the sum of them; the key folder itself is trusted (a
+  participant that restores an old copy of it, or deletes the count, resets its own
+  protection). Against an honest-but-curious server that runs this code, every sum it computes
+  is also accounted in its ledger before it leaves the server process.
 """
 
 from __future__ import annotations

@@ -12,6 +12,12 @@ starts over. Its protocol state is in memory only: a participant joins an attemp
 (:func:`~optuna_fedbo.federation.secagg.claims.claim`), so a restarted process, or a second
 worker of the site, takes part from the next attempt.
 
+Under distributed DP a participant counts every masked input in its own ledger in its key folder
+before it sends it (:class:`~optuna_fedbo.federation.secagg.spending.OwnLedger`), noises an input
+masked again afresh, and takes no further part once one more release would exceed the
+federation's budget: a server that unmasks sums and never publishes them gets at most the
+budget's number of sums of any participant's input.
+
 :class:`Driver` polls a process's participants in a background thread while any has work
 left, so that asynchronous participants (which never wait for a broadcast) still answer each
 step between their trials.
@@ -48,6 +54,8 @@ from optuna_fedbo.federation.secagg.relay import peer_verifier
 from optuna_fedbo.federation.secagg.relay import record_key
 from optuna_fedbo.federation.secagg.relay import Relay
 from optuna_fedbo.federation.secagg.relay import verify_record
+from optuna_fedbo.federation.secagg.spending import own_ledger
+from optuna_fedbo.federation.secagg.spending import OwnLedgerError
 from optuna_fedbo.federation.trust import MAX_UPLOAD_CHARS
 from optuna_fedbo.federation.trust import UntrustedRecordError
 
@@ -77,6 +85,11 @@ class SecAggParticipant:
         self._lock = threading.RLock()
         self._input: np.ndarray | None = None
         self._encoded = False
+        self._redraw: Callable[[], np.ndarray] | None = None
+        self._masked = False  # whether the input was masked (under DP: noised afresh next time)
+        #: The participant's own count of releases under distributed DP (``None`` without).
+        self.own_ledger = own_ledger(federation, client_id)
+        self._spent = False  # its own budget is spent: it takes no further part
         self._fresh = False
         #: Whether the input was in a sum this participant helped unmask (never masked again).
         self._revealed = False
@@ -88,17 +101,28 @@ class SecAggParticipant:
         #: ``(round, attempt)`` of each masked input this participant sent (newest last).
         self.masked_rounds: list[tuple[int, int]] = []
 
-    def offer(self, vector: np.ndarray, *, encoded: bool = False) -> None:
+    def offer(
+        self,
+        vector: np.ndarray,
+        *,
+        encoded: bool = False,
+        redraw: Callable[[], np.ndarray] | None = None,
+    ) -> None:
         """Make ``vector`` the input to mask next.
 
         Args:
             vector: The protocol's input, or with ``encoded`` its ring elements already (with
                 distributed DP: clipped, rounded and noised by the participant, never clipped
                 again, which would cut its noise).
+            redraw: With distributed DP, draws the same input with fresh noise: an input masked
+                again (in a later attempt) is noised afresh, so that no noise share is ever in
+                two sums.
         """
         with self._lock:
             self._input = np.array(vector, dtype=np.uint64 if encoded else float)
             self._encoded = encoded
+            self._redraw = redraw
+            self._masked = False
             self._fresh = True
             self._revealed = False
 
@@ -107,7 +131,9 @@ class SecAggParticipant:
         """Whether it has an input not yet masked or an attempt under way."""
         with self._lock:
             client = self._client
-            return self._fresh or (client is not None and client.step != "done")
+            return not self._spent and (
+                self._fresh or (client is not None and client.step != "done")
+            )
 
     def poll(self) -> bool:
         """Advance through the open round's protocol as far as the server's records allow.
@@ -120,7 +146,7 @@ class SecAggParticipant:
                 self._advance()
             except KeyError:
                 self._client = None  # the round closed under it: its input goes to the next
-            except (MessageRejected, UntrustedRecordError) as error:
+            except (MessageRejected, UntrustedRecordError, OwnLedgerError) as error:
                 self._say(
                     f"{self.client_id}: secure aggregation round {self._where()}: {error}; it "
                     "takes no further part in this attempt.",
@@ -170,6 +196,13 @@ class SecAggParticipant:
             if not self._join(round_index, attempt, entries):
                 return
         client = self._client
+        failed = entries.get(record_key(attempt, "failed"))
+        if client is not None and failed is not None:
+            # The server closed the attempt as failed: nothing more goes into it (a masked input
+            # sent now would be counted, and could be summed, for nothing).
+            verify_record(self.federation.trust, "failed", failed, round_index, attempt)
+            self._client = None
+            return
         while client is not None and client.step in _ANSWER:
             kind, step, message_type = _ANSWER[client.step]
             text = entries.get(record_key(attempt, kind))
@@ -186,6 +219,8 @@ class SecAggParticipant:
             body = verify_record(self.federation.trust, kind, text, round_index, attempt)
             request = message_type.from_dict(body.get("message"))
             if step == "masked":
+                if not self._count(round_index, attempt):
+                    return
                 assert self._input is not None
                 encoded = (
                     to_ring(self._input.view(np.int64), client.setup.ring)
@@ -194,12 +229,40 @@ class SecAggParticipant:
                 )
                 self._send(round_index, attempt, step, client.mask_input(request, encoded))
                 self._fresh = False
+                self._masked = True
                 self.masked_rounds.append((round_index, attempt))
             else:
                 answer: Callable[[Any], Message] = getattr(client, client.step)
                 self._send(round_index, attempt, step, answer(request))
                 if step == "unmask" and (round_index, attempt) in self.masked_rounds:
                     self._revealed = True
+
+    def _count(self, round_index: int, attempt: int) -> bool:
+        """Under distributed DP, count the masking in the participant's own ledger before the
+        masked input is sent (noised afresh if the input was masked before); ``False``: its own
+        budget is spent, it takes no further part."""
+        own = self.own_ledger
+        if own is None:
+            return True
+        if self._masked and self._redraw is not None:
+            self._input = np.array(self._redraw(), dtype=np.uint64)
+        if own.record(round_index, attempt):
+            return True
+        self._stop_spent()
+        return False
+
+    def _stop_spent(self) -> None:
+        own = self.own_ledger
+        assert own is not None
+        releases = own.releases()
+        self._say(
+            f"{self.client_id}: its own privacy budget is spent ({releases} masked input(s) "
+            f"counted {own.where()}, epsilon {own.epsilon(releases):.4g}; one more would "
+            f"take it above {own.budget:g} at delta {own.delta:g}): it masks no further input "
+            "and takes no further part in secure aggregation.",
+            warning=True,
+        )
+        self._spent, self._fresh, self._client = True, False, None
 
     def _bundle(self, round_index: int, attempt: int, index: str) -> str | None:
         """This participant's bundle record, found through the server's index of them
@@ -222,7 +285,10 @@ class SecAggParticipant:
 
     def _join(self, round_index: int, attempt: int, entries: dict[str, Any]) -> bool:
         """Start the attempt (advertise keys) if this participant is in it with a fresh input."""
-        if not self._fresh:
+        if not self._fresh or self._spent:
+            return False
+        if self.own_ledger is not None and self.own_ledger.would_exceed():
+            self._stop_spent()
             return False
         text = entries[record_key(attempt, "setup")]
         body = verify_record(self.federation.trust, "setup", text, round_index, attempt)

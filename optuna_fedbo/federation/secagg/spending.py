@@ -1,0 +1,178 @@
+"""A participant's own count of the noisy sums its input can be in (distributed DP), kept in its
+key folder.
+
+Under secure aggregation with distributed DP the ledger in the storage is the server's: a server
+that deviates from the protocol (it unmasks an attempt's sum, then says the attempt failed and
+starts the round over) obtains sums it never accounts. So each participant also counts its own
+releases, outside the storage, and stops before its own count would exceed the federation's
+budget (``epsilon_budget`` of the signed configuration).
+
+**What is counted, and when.** A participant's input can be unmasked without the participant:
+once its masked input is in the storage, the self-mask shares of ``t`` of its holders and the
+survivor signatures of ``t`` participants suffice (it need not sign the survivor list or answer
+the unmask request). The last moment at which it decides whether its input may be in a sum is
+therefore the one before it sends its masked input: every masked input is recorded here first
+(:meth:`OwnLedger.record`), and refused if one more release would take the participant's
+epsilon above the budget. Every masked input carries noise drawn for that masking alone (an
+input masked again in a later attempt is noised afresh), so the sums the server can get are
+independent releases of the Skellam mechanism, and ``k`` recorded maskings are ``k`` releases
+on the federation's curve (``dp_accounting``'s conversion of the Skellam Renyi DP bound, the one
+the server's ledger uses). An honest run in which every attempt the participant masked in is
+published counts exactly the server's releases; an attempt that fails after the participant
+masked (fewer than ``t`` survivors) counts here and not in the server's ledger (the participant
+cannot tell whether its masked input was unmasked).
+
+**Where.** ``participants/<federation id>/<id digest>.secagg/releases.json`` in the key folder
+(mode 0600, replaced atomically under a file lock, only ever extended): a restarted process, or
+another worker of the site on this host, reads the same count, and a storage rolled back or
+recreated does not reset it. Federations in in-memory storages keep it in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+import stat
+from typing import Any
+
+from optuna_fedbo.federation.secagg.claims import _folder
+from optuna_fedbo.federation.secagg.claims import _memory
+from optuna_fedbo.federation.secagg.distributed_dp import DistributedDPConfig
+from optuna_fedbo.federation.watermark import _locked
+from optuna_fedbo.federation.watermark import _replace
+
+RELEASES_TYPE = "optuna-fedbo-secagg-releases"
+RELEASES_VERSION = 1
+
+
+class OwnLedgerError(ValueError):
+    """A participant's own count of releases is unreadable, corrupt or another's."""
+
+
+class OwnLedger:
+    """One participant's own count of the masked inputs it sent under distributed DP.
+
+    Args:
+        federation: The federation (with secure aggregation and a ``DistributedDPConfig``).
+        client_id: The participant.
+    """
+
+    def __init__(self, federation: Any, client_id: str) -> None:
+        self._federation = federation
+        self.client_id = client_id
+        ledger = federation.privacy_ledger()
+        self._curve = ledger.curve
+        self.budget: float | None = ledger.budget
+        self.delta = ledger.delta
+        folder = _folder(federation, client_id)
+        self.path: Path | None = None if folder is None else folder / "releases.json"
+
+    # -------------------------------------------------------------------------- reading
+    def releases(self) -> int:
+        """Masked inputs recorded so far (each a release of the distributed mechanism).
+
+        Raises:
+            OwnLedgerError: If the file is unreadable, accessible by others, corrupt or another
+                participant's.
+        """
+        return len(self._read())
+
+    def epsilon(self, releases: int | None = None) -> float:
+        """Epsilon after ``releases`` (by default those recorded) at the federation's delta."""
+        return self._curve.epsilon(self.releases() if releases is None else releases)
+
+    def would_exceed(self) -> bool:
+        """Whether one more release would take epsilon above the budget (never without one)."""
+        return self.budget is not None and self.epsilon(self.releases() + 1) > self.budget
+
+    def where(self) -> str:
+        """Where the count is kept (for messages): ``"in memory"`` or ``"in <path>"``."""
+        return "in memory" if self.path is None else f"in {self.path}"
+
+    def _read(self) -> set[tuple[int, int]]:
+        if self.path is None:
+            return set(_memory(self._federation).get(("releases", self.client_id), set()))
+        fix = (
+            "restore it from the backup of your key folder; the participant takes no part in "
+            "secure aggregation until then"
+        )
+        try:
+            mode = self.path.stat().st_mode
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return set()
+        except OSError as error:
+            raise OwnLedgerError(f"{self.path} cannot be read ({error}): {fix}.") from None
+        if os.name == "posix" and mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise OwnLedgerError(
+                f"{self.path} is accessible by other users (mode {stat.S_IMODE(mode):04o}): run "
+                f"`chmod 600 {self.path}`."
+            )
+        try:
+            record = json.loads(text)
+            valid = (
+                record["type"] == RELEASES_TYPE
+                and record["version"] == RELEASES_VERSION
+                and record["federation_id"] == self._federation.federation_id
+                and record["client_id"] == self.client_id
+            )
+            releases = {(int(r), int(a)) for r, a in record["releases"]} if valid else None
+        except (ValueError, KeyError, TypeError):
+            releases = None
+        if releases is None:
+            raise OwnLedgerError(
+                f"{self.path} is corrupt or another participant's (not the count of releases "
+                f"of {self.client_id!r} in this federation): {fix}."
+            )
+        return releases
+
+    # -------------------------------------------------------------------------- writing
+    def record(self, round_index: int, attempt: int) -> bool:
+        """Count a masked input of ``(round, attempt)`` before it is sent.
+
+        Returns:
+            ``True`` if it is counted (now or before), ``False`` if one more release would take
+            epsilon above the budget (nothing is written: the input must not be sent).
+
+        Raises:
+            OwnLedgerError: If the kept count is unreadable or corrupt (nothing is written).
+        """
+        key = (int(round_index), int(attempt))
+        if self.path is None:
+            kept = _memory(self._federation).setdefault(("releases", self.client_id), set())
+            if key in kept:
+                return True
+            if self._exceeds(len(kept) + 1):
+                return False
+            kept.add(key)
+            return True
+        with _locked(self.path):
+            releases = self._read()
+            if key in releases:
+                return True
+            if self._exceeds(len(releases) + 1):
+                return False
+            releases.add(key)
+            record = {
+                "type": RELEASES_TYPE,
+                "version": RELEASES_VERSION,
+                "federation_id": self._federation.federation_id,
+                "client_id": self.client_id,
+                "releases": sorted(releases),
+            }
+            _replace(self.path, json.dumps(record, sort_keys=True))
+        return True
+
+    def _exceeds(self, releases: int) -> bool:
+        return self.budget is not None and self._curve.epsilon(releases) > self.budget
+
+
+def own_ledger(federation: Any, client_id: str) -> OwnLedger | None:
+    """The participant's own count if the federation runs distributed DP, else ``None``."""
+    if not isinstance(federation.privacy, DistributedDPConfig):
+        return None
+    return OwnLedger(federation, client_id)
+
+
+__all__ = ["OwnLedger", "OwnLedgerError", "own_ledger"]
