@@ -16,7 +16,14 @@ The five steps, each a method that takes the server's message and returns the pa
    that ``v`` dropped).
 5. :meth:`SecAggClient.unmask`: the SecAgg rule: for each peer, the self-mask share if the peer
    survived or the mask-key share if it dropped, never both; a request naming a peer in both lists,
-   a second request, or a list other than the one it signed is refused.
+   a second request, or a list other than the one it signed is refused. It also reveals its own
+   self-mask seed (checked by the server against its commitment), so that the server rebuilds
+   from shares only the seeds of survivors that did not answer (one Shamir combination each,
+   the server's main cost otherwise); it does so only when at least ``share_threshold`` of its
+   holders (itself included) are survivors, when the server could rebuild that seed from the
+   holders' shares anyway: the survivor list that ``t`` participants signed names it, so no
+   honest holder reveals its mask-key share, and its pairwise masks with surviving neighbours
+   stay on its input.
 
 Every step refuses messages bound to another round, federation or setup (:class:`MessageRejected`)
 and runs once, in order. The input is a vector of ring elements (see :mod:`.ring`); the
@@ -301,9 +308,11 @@ class SecAggClient:
         self_shares = {p: s for p, (s, _) in self._held.items() if p in survivors}
         key_shares = {p: k for p, (_, k) in self._held.items() if p in dropped}
         self._held.clear()
+        holding = sum(h in survivors for h in setup.holders(self.participant))
         return UnmaskResponse(
             **Message.base_of(setup),
             sender=self.participant,
             self_mask_shares=self_shares,
             mask_key_shares=key_shares,
+            own_seed=self._self_seed if holding >= setup.share_threshold else b"",
         )

@@ -277,17 +277,21 @@ class UnmaskRequest(Message):
 
 @dataclass(frozen=True)
 class UnmaskResponse(Message):
-    """Step 5, participant -> server: one kind of share per peer, never both."""
+    """Step 5, participant -> server: one kind of share per peer, never both; and the sender's
+    own self-mask seed (empty when it may not reveal it), so that the server rebuilds from shares
+    only the seeds of survivors that did not answer."""
 
     kind: ClassVar[str] = "secagg-reveal"
     _fields: ClassVar[dict[str, str]] = {
         "sender": "str",
         "self_mask_shares": "bytes_map",
         "mask_key_shares": "bytes_map",
+        "own_seed": "bytes",
     }
     sender: str
     self_mask_shares: dict[str, bytes]
     mask_key_shares: dict[str, bytes]
+    own_seed: bytes = b""
 
 
 MESSAGE_KINDS: dict[str, type[Message]] = {
