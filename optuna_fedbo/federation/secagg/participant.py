@@ -285,7 +285,7 @@ class SecAggParticipant:
 
     def _join(self, round_index: int, attempt: int, entries: dict[str, Any]) -> bool:
         """Start the attempt (advertise keys) if this participant is in it with a fresh input."""
-        if not self._fresh or self._spent:
+        if not self._fresh:
             return False
         if self.own_ledger is not None and self.own_ledger.would_exceed():
             self._stop_spent()
