@@ -40,7 +40,7 @@ the ledger the same epsilon.
   independent release. What is guaranteed: whatever the server does, each participant's input
   is in at most as many noisy sums as its own count, so its epsilon (at the federation's delta,
   zero-out neighbours, while every sum carries ``t`` honest noise shares) is at most the budget;
-  a rolled-back, recreated or swapped storage does not reset the count (a restarted process, or
+  a rolled-back or recreated storage does not reset the count (a restarted process, or
   another worker of the site on the same host, reads the same file). The count starts at the
   masking, not at the unmask request, because a masked input can be unmasked without its
   sender: the self-mask shares of its holders and the survivor signatures of ``t`` others
