@@ -55,7 +55,8 @@ def test_the_count_is_kept_in_the_key_folder_as_this_participants(tmp_path) -> N
     own = OwnLedger(fed, "c0")
     assert own.record(3, 1) and own.record(2, 0)
     assert own.path is not None and own.where() == f"in {own.path}"
-    assert own.path.parent.name.endswith(".secagg") and fed.federation_id in str(own.path)
+    assert own.path.name == "releases.json" and own.path.parent.name.endswith(".secagg")
+    assert fed.federation_id in str(own.path)
     assert own.path.stat().st_mode & 0o777 == 0o600
     record = json.loads(own.path.read_text())
     assert record == {
@@ -96,8 +97,12 @@ def test_a_count_that_is_not_this_participants_is_refused(tmp_path, change) -> N
     record = json.loads(own.path.read_text())
     own.path.write_text(json.dumps({**record, **change}))
     own.path.chmod(0o600)
-    with pytest.raises(OwnLedgerError, match="is corrupt or another participant's"):
+    with pytest.raises(OwnLedgerError, match="is corrupt or another participant's") as error:
         own.releases()
+    assert str(error.value).endswith(
+        ": restore it from the backup of your key folder; the participant takes no part in "
+        "secure aggregation until then."
+    )
     with pytest.raises(OwnLedgerError, match=str(own.path)):
         own.record(0, 1)
     assert json.loads(own.path.read_text()) == {**record, **change}  # nothing written
@@ -112,6 +117,9 @@ def test_a_missing_field_an_unreadable_file_or_one_others_can_read_is_refused(tm
         own.path.write_text(json.dumps({k: v for k, v in record.items() if k != field}))
         with pytest.raises(OwnLedgerError, match="is corrupt"):
             own.releases()
+    own.path.write_bytes(b'{"type": "\xff"}')  # not UTF-8
+    with pytest.raises(OwnLedgerError, match="is corrupt"):
+        own.releases()
     own.path.write_text(json.dumps(record))
     own.path.chmod(0o640)
     with pytest.raises(OwnLedgerError, match="accessible by other users.*chmod 600"):
@@ -129,3 +137,11 @@ def test_only_a_federation_with_distributed_dp_has_one(tmp_path) -> None:
     assert spending.own_ledger(plain, "c0") is None
     dp = _federation(epsilon_budget=BUDGET)
     assert isinstance(spending.own_ledger(dp, "c0"), OwnLedger)
+
+
+def test_a_budget_reached_exactly_is_not_exceeded(tmp_path) -> None:
+    exact = _federation(name="exact").privacy_ledger().curve.epsilon(2)
+    fed = _federation(storage=f"sqlite:///{tmp_path / 'f.db'}", epsilon_budget=exact)
+    own = OwnLedger(fed, "c0")
+    assert own.record(0, 0) and not own.would_exceed()  # a second release spends it exactly
+    assert own.record(0, 1) and own.would_exceed() and not own.record(0, 2)

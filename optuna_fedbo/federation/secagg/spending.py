@@ -99,7 +99,7 @@ class OwnLedger:
         )
         try:
             mode = self.path.stat().st_mode
-            text = self.path.read_text(encoding="utf-8")
+            raw = self.path.read_bytes()
         except FileNotFoundError:
             return set()
         except OSError as error:
@@ -110,7 +110,7 @@ class OwnLedger:
                 f"`chmod 600 {self.path}`."
             )
         try:
-            record = json.loads(text)
+            record = json.loads(raw)  # bytes that are not UTF-8 JSON: a ValueError
             valid = (
                 record["type"] == RELEASES_TYPE
                 and record["version"] == RELEASES_VERSION
