@@ -186,3 +186,31 @@ def test_the_driver_is_busy_while_any_participant_is(monkeypatch, states, busy) 
         monkeypatch.setattr(participant, "poll", lambda c=f"c{i}", s=state: polled.append(c) or s)
     assert driver.poll() is busy
     assert polled == [f"c{i}" for i in range(len(states))]  # every one, even after a busy one
+
+
+def test_nothing_goes_into_an_attempt_the_server_signed_as_failed() -> None:
+    """c2 and c3 stop after sharing keys, so the attempt fails at the masked step; c2 polls
+    again before the next attempt's setup is out: it sees the signed failure and does not mask
+    into the failed attempt (its input goes to the next one)."""
+    from test_secagg_federation import _federation as secure_federation
+    from test_secagg_federation import _Round
+
+    from optuna_fedbo.federation import FederationServer
+    from optuna_fedbo.federation.secagg.relay import parse_key
+    from optuna_fedbo.federation.secagg.relay import Relay
+
+    fed = secure_federation()
+    driven = _Round(fed, FederationServer(fed))
+    driven.upload([f"c{i}" for i in range(4)])
+    report = driven.run(drop_after={"c2": 2, "c3": 2})
+    assert report is not None and report.reason == "secagg-failed"
+    late = driven.driver._participants["c2"]
+    assert late._client is not None and late._client.step == "mask_input"
+    late.poll()
+    masked = {
+        parsed[2]
+        for parsed in map(parse_key, Relay(fed.store).entries(0, inputs=True))
+        if parsed is not None and parsed[:2] == (0, "msg:masked")
+    }
+    assert masked == {"c0", "c1"}
+    assert late._client is None and late.busy  # its input waits for the next attempt
