@@ -55,7 +55,8 @@ _MEMORY: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDiction
 
 
 def _memory(federation: Any, kind: str) -> dict[str, Any]:
-    """The federation's in-memory ``kind`` (``"claims"`` or ``"references"``), by participant."""
+    """The federation's in-memory ``kind`` (``"claims"``, ``"references"`` or ``"releases"``),
+    by participant."""
     kept = _MEMORY.setdefault(federation.storage, {}).setdefault(federation.federation_id, {})
     return kept.setdefault(kind, {})
 

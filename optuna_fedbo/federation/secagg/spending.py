@@ -92,7 +92,7 @@ class OwnLedger:
 
     def _read(self) -> set[tuple[int, int]]:
         if self.path is None:
-            return set(_memory(self._federation).get(("releases", self.client_id), set()))
+            return set(_memory(self._federation, "releases").get(self.client_id, set()))
         fix = (
             "restore it from the backup of your key folder; the participant takes no part in "
             "secure aggregation until then"
@@ -140,7 +140,7 @@ class OwnLedger:
         """
         key = (int(round_index), int(attempt))
         if self.path is None:
-            kept = _memory(self._federation).setdefault(("releases", self.client_id), set())
+            kept = _memory(self._federation, "releases").setdefault(self.client_id, set())
             if key in kept:
                 return True
             if self._exceeds(len(kept) + 1):
