@@ -3,6 +3,7 @@ what it records, when it refuses, and which files it refuses to trust (no rounds
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -18,14 +19,30 @@ from optuna_fedbo.federation.secagg.spending import RELEASES_TYPE
 BUDGET = 8.0
 
 
+_NAMES = itertools.count()
+
+
+def _name() -> str:
+    """A participant id no other test of the module's shared federation uses."""
+    return f"p{next(_NAMES)}"
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory) -> Federation:
+    """One federation over SQLite for the module (its files are per participant)."""
+    folder = tmp_path_factory.mktemp("spending")
+    return _federation(storage=f"sqlite:///{folder / 'f.db'}", epsilon_budget=BUDGET)
+
+
 @pytest.fixture(params=["in-memory", "sqlite"])
-def fed(request, tmp_path) -> Federation:
-    storage = None if request.param == "in-memory" else f"sqlite:///{tmp_path / 'f.db'}"
-    return _federation(storage=storage, epsilon_budget=BUDGET, name="spend")
+def fed(request, stored) -> Federation:
+    if request.param == "sqlite":
+        return stored
+    return _federation(epsilon_budget=BUDGET, name="spend")
 
 
 def test_it_counts_each_attempt_once_and_refuses_past_the_budget(fed) -> None:
-    own = OwnLedger(fed, "c0")
+    own = OwnLedger(fed, _name())
     curve = fed.privacy_ledger().curve
     assert (own.releases(), own.epsilon(), own.would_exceed()) == (0, 0.0, False)
     assert own.record(0, 0) and own.record(0, 0)  # the same attempt: counted once
@@ -37,22 +54,22 @@ def test_it_counts_each_attempt_once_and_refuses_past_the_budget(fed) -> None:
     assert own.releases() == 2
     assert own.record(0, 1)  # one already counted is still counted (no new release)
     assert own.epsilon(3) == curve.epsilon(3) > BUDGET
-    other = OwnLedger(fed, "c1")  # every participant has its own count
+    other = OwnLedger(fed, _name())  # every participant has its own count
     assert other.releases() == 0 and other.record(1, 0) and other.releases() == 1
     assert (own.budget, own.delta) == (BUDGET, 1e-5)
 
 
-def test_without_a_budget_it_counts_and_never_refuses(tmp_path) -> None:
-    fed = _federation(storage=f"sqlite:///{tmp_path / 'f.db'}", name="unbounded")
+def test_without_a_budget_it_counts_and_never_refuses() -> None:
+    fed = _federation(name="unbounded")
     own = OwnLedger(fed, "c0")
     for attempt in range(4):
         assert own.record(0, attempt) and not own.would_exceed()
     assert own.releases() == 4 and own.budget is None
 
 
-def test_the_count_is_kept_in_the_key_folder_as_this_participants(tmp_path) -> None:
-    fed = _federation(storage=f"sqlite:///{tmp_path / 'f.db'}", epsilon_budget=BUDGET)
-    own = OwnLedger(fed, "c0")
+def test_the_count_is_kept_in_the_key_folder_as_this_participants(stored) -> None:
+    fed, client = stored, _name()
+    own = OwnLedger(fed, client)
     assert own.record(3, 1) and own.record(2, 0)
     assert own.path is not None and own.where() == f"in {own.path}"
     assert own.path.name == "releases.json" and own.path.parent.name.endswith(".secagg")
@@ -63,11 +80,11 @@ def test_the_count_is_kept_in_the_key_folder_as_this_participants(tmp_path) -> N
         "type": RELEASES_TYPE,
         "version": 1,
         "federation_id": fed.federation_id,
-        "client_id": "c0",
+        "client_id": client,
         "releases": [[2, 0], [3, 1]],
     }
     again = Federation.load(fed.name, fed.storage)  # another process of this host
-    assert OwnLedger(again, "c0").releases() == 2
+    assert OwnLedger(again, client).releases() == 2
 
 
 def test_in_memory_it_is_kept_per_storage() -> None:
@@ -90,9 +107,8 @@ def test_in_memory_it_is_kept_per_storage() -> None:
         {"releases": [["a", 0]]},
     ],
 )
-def test_a_count_that_is_not_this_participants_is_refused(tmp_path, change) -> None:
-    fed = _federation(storage=f"sqlite:///{tmp_path / 'f.db'}", epsilon_budget=BUDGET)
-    own = OwnLedger(fed, "c0")
+def test_a_count_that_is_not_this_participants_is_refused(stored, change) -> None:
+    own = OwnLedger(stored, _name())
     assert own.record(0, 0) and own.path is not None
     record = json.loads(own.path.read_text())
     own.path.write_text(json.dumps({**record, **change}))
@@ -108,9 +124,8 @@ def test_a_count_that_is_not_this_participants_is_refused(tmp_path, change) -> N
     assert json.loads(own.path.read_text()) == {**record, **change}  # nothing written
 
 
-def test_a_missing_field_an_unreadable_file_or_one_others_can_read_is_refused(tmp_path) -> None:
-    fed = _federation(storage=f"sqlite:///{tmp_path / 'f.db'}", epsilon_budget=BUDGET)
-    own = OwnLedger(fed, "c0")
+def test_a_missing_field_an_unreadable_file_or_one_others_can_read_is_refused(stored) -> None:
+    own = OwnLedger(stored, _name())
     assert own.record(0, 0) and own.path is not None
     record = json.loads(own.path.read_text())
     for field in record:
@@ -139,9 +154,9 @@ def test_only_a_federation_with_distributed_dp_has_one(tmp_path) -> None:
     assert isinstance(spending.own_ledger(dp, "c0"), OwnLedger)
 
 
-def test_a_budget_reached_exactly_is_not_exceeded(tmp_path) -> None:
+def test_a_budget_reached_exactly_is_not_exceeded() -> None:
     exact = _federation(name="exact").privacy_ledger().curve.epsilon(2)
-    fed = _federation(storage=f"sqlite:///{tmp_path / 'f.db'}", epsilon_budget=exact)
+    fed = _federation(epsilon_budget=exact)
     own = OwnLedger(fed, "c0")
     assert own.record(0, 0) and not own.would_exceed()  # a second release spends it exactly
     assert own.record(0, 1) and own.would_exceed() and not own.record(0, 2)

@@ -89,7 +89,6 @@ class SecAggParticipant:
         self._masked = False  # whether the input was masked (under DP: noised afresh next time)
         #: The participant's own count of releases under distributed DP (``None`` without).
         self.own_ledger = own_ledger(federation, client_id)
-        self._spent = False  # its own budget is spent: it takes no further part
         self._fresh = False
         #: Whether the input was in a sum this participant helped unmask (never masked again).
         self._revealed = False
@@ -131,9 +130,7 @@ class SecAggParticipant:
         """Whether it has an input not yet masked or an attempt under way."""
         with self._lock:
             client = self._client
-            return not self._spent and (
-                self._fresh or (client is not None and client.step != "done")
-            )
+            return self._fresh or (client is not None and client.step != "done")
 
     def poll(self) -> bool:
         """Advance through the open round's protocol as far as the server's records allow.
@@ -263,7 +260,7 @@ class SecAggParticipant:
             "and takes no further part in secure aggregation.",
             warning=True,
         )
-        self._spent, self._fresh, self._client = True, False, None
+        self._fresh, self._client = False, None  # every next attempt stops at _join
 
     def _bundle(self, round_index: int, attempt: int, index: str) -> str | None:
         """This participant's bundle record, found through the server's index of them
