@@ -161,7 +161,7 @@ class OwnLedger:
                 "client_id": self.client_id,
                 "releases": sorted(releases),
             }
-            _replace(self.path, json.dumps(record, sort_keys=True))
+            _replace(self.path, json.dumps(record))
         return True
 
     def _exceeds(self, releases: int) -> bool:
