@@ -217,7 +217,7 @@ class SecAggParticipant:
             body = verify_record(self.federation.trust, kind, text, round_index, attempt)
             request = message_type.from_dict(body.get("message"))
             if step == "masked":
-                if not self._count(round_index, attempt):
+                if not self._count():
                     return
                 assert self._input is not None
                 encoded = (
@@ -235,13 +235,15 @@ class SecAggParticipant:
                 if step == "unmask" and (round_index, attempt) in self.masked_rounds:
                     self._revealed = True
 
-    def _count(self, round_index: int, attempt: int) -> bool:
+    def _count(self) -> bool:
         """Under distributed DP, count the masking in the participant's own ledger before the
         masked input is sent (noised afresh if the input was masked before); ``False``: its own
         budget is spent, it takes no further part."""
         own = self.own_ledger
         if own is None:
             return True
+        assert self._attempt is not None  # set when it joined the attempt it masks in
+        round_index, attempt = self._attempt
         if self._masked and self._redraw is not None:
             self._input = np.array(self._redraw(), dtype=np.uint64)
         if own.record(round_index, attempt):
