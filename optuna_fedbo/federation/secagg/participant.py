@@ -86,7 +86,7 @@ class SecAggParticipant:
         self._input: np.ndarray | None = None
         self._encoded = False
         self._redraw: Callable[[], np.ndarray] | None = None
-        self._masked = False  # whether the input was masked (under DP: noised afresh next time)
+        self._masked = False  # whether the input was counted (under DP: noised afresh next time)
         #: The participant's own count of releases under distributed DP (``None`` without).
         self.own_ledger = own_ledger(federation, client_id)
         self._fresh = False
@@ -227,7 +227,6 @@ class SecAggParticipant:
                 )
                 self._send(round_index, attempt, step, client.mask_input(request, encoded))
                 self._fresh = False
-                self._masked = True
                 self.masked_rounds.append((round_index, attempt))
             else:
                 answer: Callable[[Any], Message] = getattr(client, client.step)
@@ -247,6 +246,7 @@ class SecAggParticipant:
         if self._masked and self._redraw is not None:
             self._input = np.array(self._redraw(), dtype=np.uint64)
         if own.record(round_index, attempt):
+            self._masked = True  # counted: if masked again, with fresh noise
             return True
         self._stop_spent()
         return False
