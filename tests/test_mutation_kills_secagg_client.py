@@ -48,9 +48,9 @@ def test_the_commitment_binds_its_owner_and_its_purpose() -> None:
 
 
 def test_a_survivor_signature_binds_its_signer() -> None:
-    survivors = IDS[:5]
-    assert consistency_payload(SETUP, "p0", survivors) != consistency_payload(
-        SETUP, "p1", survivors
+    survivors, keys = IDS[:5], bytes(32)
+    assert consistency_payload(SETUP, "p0", survivors, keys) != consistency_payload(
+        SETUP, "p1", survivors, keys
     )
 
 

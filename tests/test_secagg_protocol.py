@@ -12,7 +12,6 @@ from optuna_fedbo.core.secagg.client import SecAggClient
 from optuna_fedbo.core.secagg.local import DROP_POINTS
 from optuna_fedbo.core.secagg.local import Identities
 from optuna_fedbo.core.secagg.local import run_local_round
-from optuna_fedbo.core.secagg.messages import Message
 from optuna_fedbo.core.secagg.messages import message_from_dict
 from optuna_fedbo.core.secagg.messages import MessageRejected
 from optuna_fedbo.core.secagg.ring import encode
@@ -288,8 +287,6 @@ def test_a_wrong_share_fails_the_round_instead_of_a_wrong_sum(
 ) -> None:
     state = _Round(_setup(), drop=("p2",))
     for p in state.live:
-        if p == owner:  # p1 does not answer: its self-mask seed is rebuilt from the shares
-            continue
         response = state.clients[p].unmask(state.request)
         if p == "p0":  # holder of index 1 of every owner: its share is always used
             response = replace(response, **{kind: {**getattr(response, kind), owner: bytes(16)}})
@@ -343,75 +340,3 @@ def test_malformed_or_mislabelled_records_are_refused() -> None:
         message_from_dict({**record, "survivors": "p0"})
     with pytest.raises(MessageRejected, match="not valid base64"):
         message_from_dict({**record, "signatures": {"p0": "***"}})
-
-
-@pytest.mark.parametrize(
-    ("drop_after", "combined"),
-    [
-        ({}, 0),
-        ({"p6": "sign_survivors"}, 1),  # a survivor that did not answer: its seed from shares
-        ({"p3": "share_keys", "p6": "sign_survivors"}, 2),  # and a dropout's mask key
-    ],
-)
-def test_only_seeds_of_participants_that_did_not_answer_are_combined(
-    monkeypatch, drop_after: dict, combined: int
-) -> None:
-    from optuna_fedbo.core.secagg import server as server_module
-
-    calls = []
-    real = server_module.combine_seed
-    monkeypatch.setattr(
-        server_module, "combine_seed", lambda shares: calls.append(1) or real(shares)
-    )
-    _check_sum(_setup(), drop_after, seed=4)
-    assert len(calls) == combined
-
-
-def test_a_revealed_seed_that_does_not_match_its_commitment_is_refused() -> None:
-    state = _Round(_setup())
-    response = state.clients["p1"].unmask(state.request)
-    assert len(response.own_seed) == 16
-    with pytest.raises(MessageRejected, match="self-mask seed that does not match its commitment"):
-        state.server.receive(replace(response, own_seed=bytes(16)))
-    assert "p1" in state.server.missing()
-
-
-def test_a_participant_whose_holders_did_not_survive_keeps_its_seed() -> None:
-    """A deviating server that goes on although too few of q00's holders survive (the honest
-    one fails the round): q00 answers, but without its self-mask seed, which the server could
-    not have rebuilt from shares either."""
-    from optuna_fedbo.core.secagg.messages import SurvivorList
-    from optuna_fedbo.core.secagg.messages import UnmaskRequest
-
-    ids = tuple(f"q{i:02d}" for i in range(16))
-    ring = plan_ring(n_inputs=16, bound=1.0, step=1e-4, dimension=4)
-    setup = RoundSetup("fed", 2, ids, 9, ring, degree=8)
-    assert setup.share_threshold == 5
-    identities = Identities(ids)
-    server = SecAggServer(setup, verify=identities.verify)
-    clients = {
-        p: SecAggClient(setup, p, sign=identities.signer(p), verify=identities.verify) for p in ids
-    }
-    for c in clients.values():
-        server.receive(c.advertise())
-    directory = server.key_directory()
-    for c in clients.values():
-        server.receive(c.share_keys(directory))
-    bundles = server.share_bundles()
-    gone = setup.neighbours("q00")[:5]  # 4 of q00's 9 holders are left (itself included)
-    live = [p for p in ids if p not in gone]
-    for p in live:
-        encoded = encode(np.zeros(4), ring)
-        server.receive(clients[p].mask_input(bundles[p], encoded))
-    listed = SurvivorList(**Message.base_of(setup), survivors=tuple(live))
-    signatures = {p: clients[p].sign_survivors(listed).signature for p in live}
-    request = UnmaskRequest(
-        **Message.base_of(setup),
-        survivors=tuple(live),
-        dropped=tuple(sorted(gone)),
-        signatures=signatures,
-    )
-    answers = {p: clients[p].unmask(request) for p in live}
-    assert answers["q00"].own_seed == b""
-    holding = {p: sum(h in live for h in setup.holders(p)) for p in live}
-    assert {p for p in live if answers[p].own_seed} == {p for p in live if holding[p] >= 5}

@@ -13,17 +13,12 @@ The five steps, each a method that takes the server's message and returns the pa
 4. :meth:`SecAggClient.sign_survivors`: signs the survivor list (the consistency check of the
    actively secure SecAgg: every honest participant answers step 5 only for a list that ``t``
    survivors signed, so the server cannot tell one participant that ``v`` survived and another
-   that ``v`` dropped).
+   that ``v`` dropped). The signature covers the digest of the run's key directory as well: a
+   (round, attempt) run again (a replayed setup) has fresh keys, so the signatures of the
+   first run vouch for nothing in the second.
 5. :meth:`SecAggClient.unmask`: the SecAgg rule: for each peer, the self-mask share if the peer
    survived or the mask-key share if it dropped, never both; a request naming a peer in both lists,
-   a second request, or a list other than the one it signed is refused. It also reveals its own
-   self-mask seed (checked by the server against its commitment), so that the server rebuilds
-   from shares only the seeds of survivors that did not answer (one Shamir combination each,
-   the server's main cost otherwise); it does so only when at least ``share_threshold`` of its
-   holders (itself included) are survivors, when the server could rebuild that seed from the
-   holders' shares anyway: the survivor list that ``t`` participants signed names it, so no
-   honest holder reveals its mask-key share, and its pairwise masks with surviving neighbours
-   stay on its input.
+   a second request, or a list other than the one it signed is refused.
 
 Every step refuses messages bound to another round, federation or setup (:class:`MessageRejected`)
 and runs once, in order. The input is a vector of ring elements (see :mod:`.ring`); the
@@ -76,12 +71,17 @@ def commitment(setup: RoundSetup, owner: str, seed: bytes) -> bytes:
     return hashlib.sha256(setup.info("secagg self-mask commitment", owner=owner) + seed).digest()
 
 
-def consistency_payload(setup: RoundSetup, sender: str, survivors: tuple[str, ...]) -> bytes:
-    """What ``sender`` signs to vouch for the survivor list."""
+def consistency_payload(
+    setup: RoundSetup, sender: str, survivors: tuple[str, ...], keys: bytes
+) -> bytes:
+    """What ``sender`` signs to vouch for the survivor list of the run whose key directory has
+    the digest ``keys`` (:meth:`KeyDirectory.digest`, 32 bytes): the setup alone is the same
+    each time its (round, attempt) runs, and a signature of one run must not vouch for a list
+    in a replay of it."""
     unsigned = ConsistencySignature(
         **Message.base_of(setup), sender=sender, survivors=tuple(survivors), signature=b""
     )
-    return unsigned.signed_payload()
+    return unsigned.signed_payload() + keys
 
 
 class SecAggClient:
@@ -111,6 +111,7 @@ class SecAggClient:
         self._adverts: dict[str, AdvertiseKeys] = {}
         self._held: dict[str, tuple[bytes, bytes]] = {}
         self._signed: tuple[str, ...] | None = None
+        self._keys = b""  # the digest of the key directory of this run
 
     @property
     def step(self) -> str:
@@ -172,6 +173,7 @@ class SecAggClient:
                 f"(needs {setup.share_threshold})"
             )
         self._adverts = adverts
+        self._keys = directory.digest()
         self._self_seed = os.urandom(SEED_BYTES)
         self_shares = split_seed(self._self_seed, setup.share_threshold, len(holders))
         key_shares = split_seed(self._mask_seed, setup.share_threshold, len(holders))
@@ -251,7 +253,7 @@ class SecAggClient:
         listed = survivors.survivors
         self._check_survivors(listed)
         self._signed = listed
-        payload = consistency_payload(setup, self.participant, listed)
+        payload = consistency_payload(setup, self.participant, listed, self._keys)
         return ConsistencySignature(
             **Message.base_of(setup),
             sender=self.participant,
@@ -299,7 +301,7 @@ class SecAggClient:
         for p, signature in sorted(request.signatures.items()):
             if vouched == setup.threshold:
                 break
-            payload = consistency_payload(setup, p, request.survivors)
+            payload = consistency_payload(setup, p, request.survivors, self._keys)
             vouched += p in survivors and self._verify(p, payload, signature)
         if vouched < setup.threshold:
             raise MessageRejected(
@@ -308,11 +310,9 @@ class SecAggClient:
         self_shares = {p: s for p, (s, _) in self._held.items() if p in survivors}
         key_shares = {p: k for p, (_, k) in self._held.items() if p in dropped}
         self._held.clear()
-        holding = sum(h in survivors for h in setup.holders(self.participant))
         return UnmaskResponse(
             **Message.base_of(setup),
             sender=self.participant,
             self_mask_shares=self_shares,
             mask_key_shares=key_shares,
-            own_seed=self._self_seed if holding >= setup.share_threshold else b"",
         )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass
+import hashlib
 from typing import Any
 from typing import ClassVar
 
@@ -198,6 +199,11 @@ class KeyDirectory(Message):
     _fields: ClassVar[dict[str, str]] = {"adverts": "adverts"}
     adverts: tuple[AdvertiseKeys, ...]
 
+    def digest(self) -> bytes:
+        """SHA-256 of the directory: it names one run of the setup (every run advertises fresh
+        keys), so that survivor signatures of one run are worthless in a replay of it."""
+        return hashlib.sha256(canonical_bytes(self.to_dict())).digest()
+
 
 @dataclass(frozen=True)
 class ShareKeys(Message):
@@ -277,21 +283,17 @@ class UnmaskRequest(Message):
 
 @dataclass(frozen=True)
 class UnmaskResponse(Message):
-    """Step 5, participant -> server: one kind of share per peer, never both; and the sender's
-    own self-mask seed (empty when it may not reveal it), so that the server rebuilds from shares
-    only the seeds of survivors that did not answer."""
+    """Step 5, participant -> server: one kind of share per peer, never both."""
 
     kind: ClassVar[str] = "secagg-reveal"
     _fields: ClassVar[dict[str, str]] = {
         "sender": "str",
         "self_mask_shares": "bytes_map",
         "mask_key_shares": "bytes_map",
-        "own_seed": "bytes",
     }
     sender: str
     self_mask_shares: dict[str, bytes]
     mask_key_shares: dict[str, bytes]
-    own_seed: bytes = b""
 
 
 MESSAGE_KINDS: dict[str, type[Message]] = {

@@ -4,13 +4,10 @@ For every step the server :meth:`~SecAggServer.receive` s the participants' mess
 duplicate, out-of-step or foreign one raises :class:`MessageRejected` and is not kept) and then
 closes the step with the broadcast of the next one. Each close needs at least ``t`` participants
 (``setup.threshold``); with fewer the round fails with :class:`RoundFailed`, which names the step
-and who is missing, and nothing is published. :meth:`~SecAggServer.aggregate` takes the
-self-mask seed of each survivor that answered the unmask request from its answer (checked
-against its commitment on receipt) and rebuilds the others' self-mask seeds, and the mask-key
-seeds of those that dropped after sharing keys, from ``share_threshold`` shares each (checked
-against the commitment and the advertised public key); it removes every mask and returns the sum
-of the survivors' inputs and nothing else. Rebuilding costs one pycryptodome Shamir combination
-per seed (tens of milliseconds in Python), so a round without dropouts combines none.
+and who is missing, and nothing is published. :meth:`~SecAggServer.aggregate` rebuilds the
+self-mask seeds of the survivors and the mask-key seeds of those that dropped after sharing keys
+(from ``share_threshold`` shares each, checked against the commitment and the advertised public
+key), removes every mask and returns the sum of the survivors' inputs and nothing else.
 """
 
 from __future__ import annotations
@@ -90,6 +87,7 @@ class SecAggServer:
         self._failed: str | None = None
         self._received: dict[str, dict[str, Message]] = {step: {} for step in _EXPECTS}
         self._dropped: tuple[str, ...] = ()
+        self._keys = b""  # the digest of this run's key directory
 
     @property
     def step(self) -> str:
@@ -161,7 +159,7 @@ class SecAggServer:
         survivors = self._senders("masked")
         if message.survivors != survivors:
             raise MessageRejected(f"{message.sender!r} signed another survivor list")
-        payload = consistency_payload(self.setup, message.sender, survivors)
+        payload = consistency_payload(self.setup, message.sender, survivors, self._keys)
         if not self._verify(message.sender, payload, message.signature):
             raise MessageRejected(f"{message.sender!r}'s survivor signature does not verify")
 
@@ -175,14 +173,6 @@ class SecAggServer:
         shares = [*message.self_mask_shares.values(), *message.mask_key_shares.values()]
         if any(len(s) != SEED_BYTES for s in shares):
             raise MessageRejected(f"{message.sender!r} sent a malformed share")
-        own = message.own_seed
-        if own:
-            committed = self._received["shares"][message.sender].commitment  # type: ignore[attr-defined]
-            if commitment(self.setup, message.sender, own) != committed:
-                raise MessageRejected(
-                    f"{message.sender!r} revealed a self-mask seed that does not match its "
-                    "commitment"
-                )
 
     # ------------------------------------------------------------------------- closing
     def _close(self, step: str, needed: int, what: str) -> tuple[str, ...]:
@@ -205,7 +195,9 @@ class SecAggServer:
         """Close step 1 (``|U1| >= t``): the directory of advertised keys."""
         senders = self._close("keys", self.setup.threshold, "advertised keys")
         adverts = tuple(self._received["keys"][p] for p in senders)
-        return KeyDirectory(**Message.base_of(self.setup), adverts=adverts)  # type: ignore[arg-type]
+        directory = KeyDirectory(**Message.base_of(self.setup), adverts=adverts)  # type: ignore[arg-type]
+        self._keys = directory.digest()
+        return directory
 
     def share_bundles(self) -> dict[str, ShareBundle]:
         """Close step 2 (``|U2| >= t``): each sharer's bundle of the shares sealed for it."""
@@ -268,16 +260,9 @@ class SecAggServer:
         try:
             removed = []
             for owner in survivors:
-                # Its own seed if it answered (checked against its commitment on receipt), else
-                # rebuilt from its holders' shares.
-                seed = responses[owner].own_seed if owner in responses else b""
-                if not seed:
-                    revealed = {r: m.self_mask_shares for r, m in responses.items()}
-                    seed = self._rebuild(owner, revealed)
-                    if commitment(setup, owner, seed) != shares[owner].commitment:
-                        raise RoundFailed(
-                            f"the self-mask shares of {owner!r} do not match its seed"
-                        )
+                seed = self._rebuild(owner, {r: m.self_mask_shares for r, m in responses.items()})
+                if commitment(setup, owner, seed) != shares[owner].commitment:
+                    raise RoundFailed(f"the self-mask shares of {owner!r} do not match its seed")
                 removed.append(self_mask(seed, setup, owner))
             for owner in self._dropped:
                 seed = self._rebuild(owner, {r: m.mask_key_shares for r, m in responses.items()})
