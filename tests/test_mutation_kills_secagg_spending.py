@@ -14,6 +14,7 @@ from optuna_fedbo.federation.secagg import spending
 from optuna_fedbo.federation.secagg.spending import OwnLedger
 from optuna_fedbo.federation.secagg.spending import OwnLedgerError
 from optuna_fedbo.federation.secagg.spending import RELEASES_TYPE
+from optuna_fedbo.federation.secagg.spending import ReplayedAttemptError
 
 #: Epsilon of 1, 2, 3 releases: 4.75, 7.09, 9.09 (z = 1, N = 4, t = 3).
 BUDGET = 8.0
@@ -41,21 +42,27 @@ def fed(request, stored) -> Federation:
     return _federation(epsilon_budget=BUDGET, name="spend")
 
 
-def test_it_counts_each_attempt_once_and_refuses_past_the_budget(fed) -> None:
+def test_it_counts_every_masking_only_after_the_newest_and_refuses_past_the_budget(fed) -> None:
     own = OwnLedger(fed, _name())
     curve = fed.privacy_ledger().curve
     assert (own.releases(), own.epsilon(), own.would_exceed()) == (0, 0.0, False)
-    assert own.record(0, 0) and own.record(0, 0)  # the same attempt: counted once
+    assert own.newest() is None
+    assert own.record(0, 0)
+    with pytest.raises(ReplayedAttemptError, match="round 0 attempt 0 is not after round 0"):
+        own.record(0, 0)  # the same attempt again: refused, never skipped as counted
     assert own.releases() == 1 and own.epsilon() == curve.epsilon(1)
     assert own.record(0, 1)  # another attempt of the round: one more
     assert own.releases() == 2 and own.epsilon() == curve.epsilon(2) <= BUDGET
+    assert own.newest() == (0, 0, 1)
     assert own.would_exceed()  # a third would spend 9.09 > 8
     assert not own.record(1, 0)  # refused, and nothing written
+    assert own.releases() == 2 and own.newest() == (0, 0, 1)
+    with pytest.raises(ReplayedAttemptError):
+        own.record(0, 1)  # one already counted is refused, not counted again
     assert own.releases() == 2
-    assert own.record(0, 1)  # one already counted is still counted (no new release)
     assert own.epsilon(3) == curve.epsilon(3) > BUDGET
     other = OwnLedger(fed, _name())  # every participant has its own count
-    assert other.releases() == 0 and other.record(1, 0) and other.releases() == 1
+    assert other.releases() == 0 and other.record(0, 0) and other.releases() == 1
     assert (own.budget, own.delta) == (BUDGET, 1e-5)
 
 
@@ -70,7 +77,7 @@ def test_without_a_budget_it_counts_and_never_refuses() -> None:
 def test_the_count_is_kept_in_the_key_folder_as_this_participants(stored) -> None:
     fed, client = stored, _name()
     own = OwnLedger(fed, client)
-    assert own.record(3, 1) and own.record(2, 0)
+    assert own.record(2, 0) and own.record(3, 1)
     assert own.path is not None and own.where() == f"in {own.path}"
     assert own.path.name == "releases.json" and own.path.parent.name.endswith(".secagg")
     assert fed.federation_id in str(own.path)
@@ -81,7 +88,7 @@ def test_the_count_is_kept_in_the_key_folder_as_this_participants(stored) -> Non
         "version": 1,
         "federation_id": fed.federation_id,
         "client_id": client,
-        "releases": [[2, 0], [3, 1]],
+        "releases": [[0, 2, 0], [0, 3, 1]],  # (restores, round, attempt)
     }
     again = Federation.load(fed.name, fed.storage)  # another process of this host
     assert OwnLedger(again, client).releases() == 2
@@ -104,7 +111,10 @@ def test_in_memory_it_is_kept_per_storage() -> None:
         {"client_id": "c1"},
         {"releases": [[0]]},
         {"releases": "0-0"},
-        {"releases": [["a", 0]]},
+        {"releases": [["a", 0, 0]]},
+        {"releases": [[0, 0]]},
+        {"releases": [[0, 0, 0], [0, 0, 0]]},
+        {"releases": [[0, 1, 0], [0, 0, 3]]},
     ],
 )
 def test_a_count_that_is_not_this_participants_is_refused(stored, change) -> None:

@@ -91,6 +91,27 @@ def test_the_server_mark_is_signed_private_and_read_back_furthest_first(tmp_path
     assert ServerMark(fed).read() == LedgerHead(3, "a" * 64, 9, 1)
 
 
+def test_the_server_mark_is_on_disk_before_it_returns(tmp_path, monkeypatch) -> None:
+    """Written (the temporary file, then the directory holding its rename) or appended to,
+    the mark is synced before the release it accounts can become readable."""
+    fed = _fed(tmp_path)
+    mark = ServerMark(fed)
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(descriptor: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{descriptor}"))
+        real(descriptor)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    mark.write(LedgerHead(2, "d" * 64, 1, 0))
+    where = mark.path.resolve()
+    assert len(synced) == 2 and synced[0].startswith(f"{where}.")  # the temporary file
+    assert synced[1] == str(where.parent)
+    mark.advance(LedgerHead(3, "f" * 64, 2, 0))
+    assert synced[2:] == [str(where)]
+
+
 def test_a_torn_last_line_is_skipped_but_nothing_else(tmp_path) -> None:
     fed = _fed(tmp_path)
     mark = ServerMark(fed)

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 from optuna_fedbo.federation._chain import Chain
 from optuna_fedbo.federation._chain import LedgerHead
 from optuna_fedbo.federation._chain import LedgerIntegrityError
+from optuna_fedbo.federation._durable import replace_durably
 from optuna_fedbo.federation.keys import key_home
 from optuna_fedbo.federation.keys import ServerKeys
 from optuna_fedbo.federation.ledger import LedgerEntry
@@ -80,16 +81,6 @@ def _locked(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(descriptor)
-
-
-def _replace(path: Path, text: str) -> None:
-    """Replace ``path`` atomically with ``text`` (mode 0600): a crash leaves the old or the
-    new file, never half of one."""
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(temporary, path)
 
 
 def _read(path: Path, what: str, fix: str) -> dict[str, Any] | None:
@@ -255,7 +246,7 @@ class ServerMark:
                 _MEMORY[(self._trust.federation_id, "server")] = head
         else:
             with _locked(self.path):
-                _replace(self.path, self._line(head))
+                replace_durably(self.path, self._line(head))
         with self._lock:
             self._head = head
 
@@ -273,7 +264,7 @@ class ServerMark:
             with _locked(self.path):
                 head, lines = self._read()
                 if head is not None and lines > 1:  # keep the file small: the furthest line
-                    _replace(self.path, self._line(head))
+                    replace_durably(self.path, self._line(head))
         if head is None:
             ledger = self._federation.privacy_ledger()
             entries, problems = self._federation.store.read_ledger()
@@ -339,6 +330,7 @@ class ServerMark:
             descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
                 os.write(descriptor, line)
+                os.fsync(descriptor)  # on disk before the release it accounts is readable
             finally:
                 os.close(descriptor)
 
@@ -469,7 +461,7 @@ class ParticipantMark:
                 "federation_id": self._federation_id,
                 **_body(head),
             }
-            _replace(self.path, json.dumps(record, sort_keys=True))
+            replace_durably(self.path, json.dumps(record, sort_keys=True))
 
 
 def check_participant(federation: Federation) -> None:

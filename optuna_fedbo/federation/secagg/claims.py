@@ -18,6 +18,11 @@ incarnation, or another worker of the same site on this host) stays out of that 
 takes part from the next one. The two workers of a site on different hosts (different key
 folders) are kept apart by the protocol itself: the server keeps one key advertisement per
 participant, and a worker whose own keys are not in the directory refuses it and stays out.
+Claims of rounds more than :data:`KEEP_ROUNDS` before the newest are deleted, so a storage rolled
+back further could lead a participant into an attempt it took part in before; under distributed
+DP its own count refuses any attempt at or below the newest it masked into
+(:meth:`~optuna_fedbo.federation.secagg.spending.OwnLedger.check_newer`), and survivor
+signatures name the attempt's key directory, so none of one run vouches for another run of it.
 
 The same folder keeps the participant's standardization reference (the mean and spread of the
 values of the first statistics it offered), so that a restarted participant measures its values

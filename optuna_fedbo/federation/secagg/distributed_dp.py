@@ -41,7 +41,10 @@ the ledger the same epsilon.
   is in at most as many noisy sums as its own count, so its epsilon (at the federation's delta,
   zero-out neighbours, while every sum carries ``t`` honest noise shares) is at most the budget;
   a rolled-back or recreated storage does not reset the count (a restarted process, or
-  another worker of the site on the same host, reads the same file). The count starts at the
+  another worker of the site on the same host, reads the same file), and every masking is a new
+  entry, only into an attempt after the newest it masked into (a rolled-back storage that
+  publishes a counted attempt again is refused; the operator's ``restore-ledger`` is the one
+  way back, and what is masked after it is counted again). The count starts at the
   masking, not at the unmask request, because a masked input can be unmasked without its
   sender: the self-mask shares of its holders and the survivor signatures of ``t`` others
   suffice.

@@ -14,7 +14,8 @@ worker of the site, takes part from the next attempt.
 
 Under distributed DP a participant counts every masked input in its own ledger in its key folder
 before it sends it (:class:`~optuna_fedbo.federation.secagg.spending.OwnLedger`), noises an input
-masked again afresh, and takes no further part once one more release would exceed the
+masked again afresh, never joins or masks into an attempt at or below the newest it masked into
+(a rolled-back storage), and takes no further part once one more release would exceed the
 federation's budget: a server that unmasks sums and never publishes them gets at most the
 budget's number of sums of any participant's input.
 
@@ -300,6 +301,10 @@ class SecAggParticipant:
                 f"{attempt} (it enrolled after the attempt started); it takes part in the next."
             )
             return False
+        if self.own_ledger is not None:
+            # Never again into an attempt at or below one it masked an input into (a storage
+            # rolled back past its claims): raises, logged, and it stays out of the attempt.
+            self.own_ledger.check_newer(round_index, attempt)
         if not claim(self.federation, self.client_id, round_index, attempt):
             self._say(
                 f"{self.client_id}: round {round_index} attempt {attempt} was joined before by "

@@ -22,10 +22,26 @@ published counts exactly the server's releases; an attempt that fails after the 
 masked (fewer than ``t`` survivors) counts here and not in the server's ledger (the participant
 cannot tell whether its masked input was unmasked).
 
+**Never the same attempt twice.** Every masking adds an entry, and only for a (round, attempt)
+after the newest one recorded: the entries are the participant's high-water mark as well. A
+setup at or below it (a storage rolled back, or a server that publishes an attempt's setup
+again, once the participant's claims of it are gone) is refused before the participant joins
+(:meth:`OwnLedger.check_newer`) and again at the masking itself (:class:`ReplayedAttemptError`,
+logged; the participant takes no part in that attempt). An honest server only moves forward:
+rounds, and attempts within a round, are numbered upwards. The one way back is the operator's
+restore of a backup (``optuna-fedbo restore-ledger``, a restore entry in the ledger signed by the
+server, which carries every release forward): the mark is ``(restores, round, attempt)``, with
+the restores of the verified ledger, so that the restored federation's rounds are taken part in
+again (and counted again). Anyone else who rolls the storage back holds no newer restore entry;
+a server that writes one gets maskings that are all counted.
+
 **Where.** ``participants/<federation id>/<id digest>.secagg/releases.json`` in the key folder
-(mode 0600, replaced atomically under a file lock, only ever extended): a restarted process, or
-another worker of the site on this host, reads the same count, and a storage rolled back or
-recreated does not reset it. Federations in in-memory storages keep it in memory.
+(mode 0600, replaced atomically and durably (synced to disk, with its directory) under a file
+lock, before the masked input is sent, and only ever extended): a restarted process, or another
+worker of the site on this host, reads the same count, and a storage rolled back or recreated
+does not reset it. Workers of one site on several hosts keep one count per key folder, and
+nothing adds them up. Federations in in-memory storages keep it in memory (under a lock: every
+handle of the federation in the process shares it).
 """
 
 from __future__ import annotations
@@ -34,20 +50,29 @@ import json
 import os
 from pathlib import Path
 import stat
+import threading
 from typing import Any
 
+from optuna_fedbo.federation._durable import replace_durably
 from optuna_fedbo.federation.secagg.claims import _folder
 from optuna_fedbo.federation.secagg.claims import _memory
 from optuna_fedbo.federation.secagg.distributed_dp import DistributedDPConfig
 from optuna_fedbo.federation.watermark import _locked
-from optuna_fedbo.federation.watermark import _replace
 
 RELEASES_TYPE = "optuna-fedbo-secagg-releases"
 RELEASES_VERSION = 1
 
 
+#: Guards the in-memory counts (federations in in-memory storages).
+_memory_lock = threading.Lock()
+
+
 class OwnLedgerError(ValueError):
     """A participant's own count of releases is unreadable, corrupt or another's."""
+
+
+class ReplayedAttemptError(OwnLedgerError):
+    """A (round, attempt) at or below the newest one the participant masked an input into."""
 
 
 class OwnLedger:
@@ -86,13 +111,54 @@ class OwnLedger:
         """Whether one more release would take epsilon above the budget (never without one)."""
         return self.budget is not None and self.epsilon(self.releases() + 1) > self.budget
 
+    def newest(self) -> tuple[int, int, int] | None:
+        """The participant's high-water mark: ``(restores, round, attempt)`` of the newest
+        masking recorded (``restores``: the operator's restores of the federation's ledger
+        seen then)."""
+        releases = self._read()
+        return releases[-1] if releases else None
+
+    def check_newer(self, round_index: int, attempt: int) -> None:
+        """Refuse an attempt at or below the high-water mark (before joining it).
+
+        Raises:
+            ReplayedAttemptError: If ``(round_index, attempt)`` is not after the newest
+                (round, attempt) recorded, without a restore by the operator since.
+            OwnLedgerError: If the kept count is unreadable or corrupt.
+        """
+        self._refuse_replay(self._key(round_index, attempt), self._read())
+
+    def _key(self, round_index: int, attempt: int) -> tuple[int, int, int]:
+        """``(restores, round, attempt)``: an operator who restored a backup of the storage
+        (``optuna-fedbo restore-ledger``: a restore entry signed by the server, carrying every
+        release forward) starts the rounds over, and participants take part again; a storage
+        rolled back by anyone else holds no newer restore entry."""
+        restores = self._federation.privacy_ledger().chain().head.restores
+        return int(restores), int(round_index), int(attempt)
+
+    def _refuse_replay(
+        self, key: tuple[int, int, int], releases: list[tuple[int, int, int]]
+    ) -> None:
+        if releases and key <= releases[-1]:
+            newest = releases[-1]
+            raise ReplayedAttemptError(
+                f"round {key[1]} attempt {key[2]} is not after round {newest[1]} attempt "
+                f"{newest[2]}, the newest it masked an input into (counted {self.where()}), and "
+                "the federation's ledger shows no restore by its operator since: the storage "
+                "was rolled back or the server runs an attempt again, and an input is never "
+                "masked twice into one attempt"
+            )
+
     def where(self) -> str:
         """Where the count is kept (for messages): ``"in memory"`` or ``"in <path>"``."""
         return "in memory" if self.path is None else f"in {self.path}"
 
-    def _read(self) -> set[tuple[int, int]]:
+    def _read(self) -> list[tuple[int, int, int]]:
+        """The recorded (restores, round, attempt) of each masking, oldest first (strictly
+        increasing)."""
         if self.path is None:
-            return set(_memory(self._federation, "releases").get(self.client_id, set()))
+            with _memory_lock:
+                return list(_memory(self._federation, "releases").get(self.client_id, []))
         fix = (
             "restore it from the backup of your key folder; the participant takes no part in "
             "secure aggregation until then"
@@ -101,7 +167,7 @@ class OwnLedger:
             mode = self.path.stat().st_mode
             raw = self.path.read_bytes()
         except FileNotFoundError:
-            return set()
+            return []
         except OSError as error:
             raise OwnLedgerError(f"{self.path} cannot be read ({error}): {fix}.") from None
         if os.name == "posix" and mode & (stat.S_IRWXG | stat.S_IRWXO):
@@ -117,10 +183,12 @@ class OwnLedger:
                 and record["federation_id"] == self._federation.federation_id
                 and record["client_id"] == self.client_id
             )
-            releases = {(int(r), int(a)) for r, a in record["releases"]} if valid else None
+            releases = (
+                [(int(s), int(r), int(a)) for s, r, a in record["releases"]] if valid else None
+            )
         except (ValueError, KeyError, TypeError):
             releases = None
-        if releases is None:
+        if releases is None or any(a >= b for a, b in zip(releases, releases[1:])):
             raise OwnLedgerError(
                 f"{self.path} is corrupt or another participant's (not the count of releases "
                 f"of {self.client_id!r} in this federation): {fix}."
@@ -129,39 +197,40 @@ class OwnLedger:
 
     # -------------------------------------------------------------------------- writing
     def record(self, round_index: int, attempt: int) -> bool:
-        """Count a masked input of ``(round, attempt)`` before it is sent.
+        """Count a masked input of ``(round, attempt)`` before it is sent: a new entry each
+        time, on disk (synced) when this returns.
 
         Returns:
-            ``True`` if it is counted (now or before), ``False`` if one more release would take
-            epsilon above the budget (nothing is written: the input must not be sent).
+            ``True`` if it is counted, ``False`` if one more release would take epsilon above
+            the budget (nothing is written: the input must not be sent).
 
         Raises:
+            ReplayedAttemptError: If ``(round, attempt)`` is not after the newest recorded
+                (nothing is written: the input must not be sent).
             OwnLedgerError: If the kept count is unreadable or corrupt (nothing is written).
         """
-        key = (int(round_index), int(attempt))
+        key = self._key(round_index, attempt)
         if self.path is None:
-            kept = _memory(self._federation, "releases").setdefault(self.client_id, set())
-            if key in kept:
-                return True
-            if self._exceeds(len(kept) + 1):
-                return False
-            kept.add(key)
+            with _memory_lock:
+                kept = _memory(self._federation, "releases").setdefault(self.client_id, [])
+                self._refuse_replay(key, kept)
+                if self._exceeds(len(kept) + 1):
+                    return False
+                kept.append(key)
             return True
         with _locked(self.path):
             releases = self._read()
-            if key in releases:
-                return True
+            self._refuse_replay(key, releases)
             if self._exceeds(len(releases) + 1):
                 return False
-            releases.add(key)
             record = {
                 "type": RELEASES_TYPE,
                 "version": RELEASES_VERSION,
                 "federation_id": self._federation.federation_id,
                 "client_id": self.client_id,
-                "releases": sorted(releases),
+                "releases": [*releases, key],
             }
-            _replace(self.path, json.dumps(record))
+            replace_durably(self.path, json.dumps(record))
         return True
 
     def _exceeds(self, releases: int) -> bool:
@@ -175,4 +244,4 @@ def own_ledger(federation: Any, client_id: str) -> OwnLedger | None:
     return OwnLedger(federation, client_id)
 
 
-__all__ = ["OwnLedger", "OwnLedgerError", "own_ledger"]
+__all__ = ["OwnLedger", "OwnLedgerError", "ReplayedAttemptError", "own_ledger"]
