@@ -301,10 +301,6 @@ class SecAggParticipant:
                 f"{attempt} (it enrolled after the attempt started); it takes part in the next."
             )
             return False
-        if self.own_ledger is not None:
-            # Never again into an attempt at or below one it masked an input into (a storage
-            # rolled back past its claims): raises, logged, and it stays out of the attempt.
-            self.own_ledger.check_newer(round_index, attempt)
         if not claim(self.federation, self.client_id, round_index, attempt):
             self._say(
                 f"{self.client_id}: round {round_index} attempt {attempt} was joined before by "
@@ -313,6 +309,10 @@ class SecAggParticipant:
                 "attempt."
             )
             return False
+        if self.own_ledger is not None:
+            # Never again into an attempt at or below one it masked an input into (a storage
+            # rolled back past its older claims): raises, logged, and it stays out of the attempt.
+            self.own_ledger.check_newer(round_index, attempt)
         key = self.federation._participant_key(self.client_id)
         self._client = SecAggClient(
             setup,
