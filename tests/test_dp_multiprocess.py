@@ -1,7 +1,4 @@
-"""A DP federation across processes: 4 participants and a server on one SQLite file or PostgreSQL.
-
-Journal files across processes are covered by the Fed-PNE multi-process test (one of each
-storage kind with real processes keeps the suite under 10 minutes).
+"""A DP federation across processes: 4 participants and a server on one SQLite / journal file.
 
 The server accounts every round in the ledger and stops at the epsilon budget; the participants
 (synchronous, waiting without a timeout) must notice, finish their studies with local TS and
@@ -107,6 +104,10 @@ def _run(storage: str) -> None:
 
 def test_dp_federation_on_one_sqlite_file(tmp_path: Path) -> None:
     _run(f"sqlite:///{tmp_path / 'dp.db'}")
+
+
+def test_dp_federation_on_one_journal_file(tmp_path: Path) -> None:
+    _run(f"journal:{tmp_path / 'dp.log'}")
 
 
 @pytest.mark.skipif(

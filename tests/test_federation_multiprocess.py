@@ -1,6 +1,4 @@
-"""8 participant processes and a server process sharing one storage (SQLite, PostgreSQL).
-
-Journal files across processes are covered by the Fed-PNE multi-process test.
+"""8 participant processes and a server process sharing one storage (SQLite, journal, PostgreSQL).
 
 The PostgreSQL variant reads its URL from ``OPTUNA_FEDBO_TEST_POSTGRES_URL`` and is skipped when
 that variable is unset.
@@ -113,6 +111,10 @@ def _run_federation(storage: str) -> None:
 
 def test_eight_processes_and_a_server_on_one_sqlite_file(tmp_path) -> None:
     _run_federation(f"sqlite:///{tmp_path / 'federation.db'}")
+
+
+def test_eight_processes_and_a_server_on_one_journal_file(tmp_path) -> None:
+    _run_federation(f"journal:{tmp_path / 'federation.log'}")
 
 
 @pytest.mark.skipif(
