@@ -3,6 +3,8 @@ serving ends, however their uploads and their finishing interleave with the loop
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from optuna_fedbo.federation._polling import poll_rounds
 from optuna_fedbo.federation._serve_watch import ServeEnd
 
@@ -31,11 +33,9 @@ class _Federation:
         return ServeEnd("every participant has finished: serving ends", True)
 
 
-def test_a_round_completed_by_uploads_made_just_before_finishing_is_published() -> None:
-    federation = _Federation()
-    ends: list[ServeEnd] = []
-    reports = poll_rounds(
-        federation.step,
+def _poll(step: Callable[[], int | None], watch: object, ends: list[ServeEnd]) -> list[int]:
+    return poll_rounds(
+        step,
         lambda: None,
         done=lambda: False,
         poll_interval=0.0,
@@ -43,9 +43,15 @@ def test_a_round_completed_by_uploads_made_just_before_finishing_is_published() 
         stop=None,
         callback=None,
         max_consecutive_errors=1,
-        watch=federation,  # type: ignore[arg-type]
+        watch=watch,  # type: ignore[arg-type]
         on_end=ends.append,
     )
+
+
+def test_a_round_completed_by_uploads_made_just_before_finishing_is_published() -> None:
+    federation = _Federation()
+    ends: list[ServeEnd] = []
+    reports = _poll(federation.step, federation, ends)
     assert reports == [0, 1]
     assert federation.published == [0, 1]
     assert [end.finished for end in ends] == [True]
@@ -62,16 +68,5 @@ def test_serving_ends_once_a_step_after_the_verdict_closes_nothing() -> None:
             return ServeEnd("every participant has finished: serving ends", True)
 
     ends: list[ServeEnd] = []
-    reports = poll_rounds(
-        step,
-        lambda: None,
-        done=lambda: False,
-        poll_interval=0.0,
-        timeout=10.0,
-        stop=None,
-        callback=None,
-        max_consecutive_errors=1,
-        watch=_Watch(),  # type: ignore[arg-type]
-        on_end=ends.append,
-    )
+    reports = _poll(step, _Watch(), ends)
     assert reports == [] and len(steps) == 2 and len(ends) == 1
