@@ -15,7 +15,7 @@ from optuna_fedbo.core.gp import KernelParams
 from optuna_fedbo.core.gp_acquisition import LogExpectedImprovement
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FTSConfig
-from optuna_fedbo.samplers._site_state import POINT_ATTR
+from optuna_fedbo.samplers._running_points import POINT_ATTR
 from optuna_fedbo.samplers._site_state import WORKER_ATTR
 
 

@@ -64,6 +64,7 @@ import pytest  # noqa: E402
 from optuna_fedbo.federation import Federation  # noqa: E402
 from optuna_fedbo.federation import FederationServer  # noqa: E402
 from optuna_fedbo.federation import FedPNEConfig  # noqa: E402
+import optuna_fedbo.samplers._bakery as bakery  # noqa: E402
 from optuna_fedbo.samplers._fed_pne import FedPNEPhaseTimeout  # noqa: E402
 from optuna_fedbo.samplers._fed_pne import FedPNESampler  # noqa: E402
 import optuna_fedbo.samplers._pne_slots as slots_module  # noqa: E402
@@ -232,7 +233,7 @@ def test_a_rival_still_choosing_is_waited_for_and_its_smaller_ticket_keeps_the_s
         claim = study._storage.get_trial(rival._trial_id).system_attrs[slots_module.CLAIM_ATTR]
         _set_claim(study, rival, phase, claim["slot"], 5)
 
-    monkeypatch.setattr(slots_module.time, "sleep", rival_draws)
+    monkeypatch.setattr(bakery.time, "sleep", rival_draws)
     # Slot 0 is taken by the rival's intent: this trial claims slot 1 at once.
     assert slots.claim(study, mine, phase) == (1, 0) and not waits
     # The same race on slot 1 (both chose it): this trial waits for the rival's ticket.
@@ -257,7 +258,7 @@ def test_a_claim_the_rival_did_not_see_draws_a_larger_ticket_and_gives_way(monke
             state["drawn"] = True
             _set_claim(study, rival, phase, 0, 150)  # drawn after this trial's (100)
 
-    monkeypatch.setattr(slots_module.time, "sleep", rival_ticket)
+    monkeypatch.setattr(bakery.time, "sleep", rival_ticket)
     assert slots._won(study, phase, 0, 100, mine._trial_id) is True
     _set_claim(study, mine, phase, 0, 100)
     assert slots._won(study, phase, 0, 150, rival._trial_id) is False  # never both
@@ -267,8 +268,8 @@ def test_a_rival_that_never_draws_its_ticket_does_not_block_the_claim(monkeypatc
     study, phase, slots, rival, mine = _claim_setup(monkeypatch)
     _set_claim(study, rival, phase, 0, None)  # its worker died between intent and ticket
     clock = itertools.count(0.0, 4.0)
-    monkeypatch.setattr(slots_module.time, "monotonic", lambda: next(clock))
-    monkeypatch.setattr(slots_module.time, "sleep", lambda s: None)
+    monkeypatch.setattr(bakery.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(bakery.time, "sleep", lambda s: None)
     assert slots._won(study, phase, 0, 100, mine._trial_id) is True  # after CHOOSING_WAIT
 
 

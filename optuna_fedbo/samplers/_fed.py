@@ -36,6 +36,7 @@ from optuna_fedbo.federation.finished import finished_message
 from optuna_fedbo.federation.finished import finished_record
 from optuna_fedbo.federation.lease import DEFAULT_LEASE_TTL
 from optuna_fedbo.federation.lifecycle import COUNT_KINDS
+from optuna_fedbo.federation.site_counter import next_counter
 from optuna_fedbo.samplers._common import FallbackSampler
 from optuna_fedbo.samplers._site_checks import SiteChecks
 from optuna_fedbo.samplers._site_state import SiteState
@@ -265,6 +266,18 @@ class FedSampler(FallbackSampler):
             self._categories[trial_id] = kind
             self._counts[kind] += 1
             self._started.setdefault(trial_id, time.monotonic())
+
+    def _uncount(self, trial_id: int) -> None:
+        """Take back a trial's count (its point is chosen again, and counted again)."""
+        with self._life_lock:
+            kind = self._categories.pop(trial_id, None)
+            if kind is not None:
+                self._counts[kind] -= 1
+
+    def _draw_ticket(self) -> int:
+        """A ticket for a claim among the site's workers (:mod:`._bakery`): larger than every
+        ticket drawn before by any of them."""
+        return next_counter(self.federation.store, self.client_id)
 
     def _public(self) -> dict[str, Any]:
         with self._life_lock:

@@ -24,7 +24,6 @@ from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fedpne.channel import FedPNEChannel
 from optuna_fedbo.federation.fedpne.channel import FedPNEStatus
 from optuna_fedbo.federation.fedpne.releases import ReleaseBook
-from optuna_fedbo.federation.site_counter import next_counter
 from optuna_fedbo.privacy._rng import refuse_insecure_noise_seed
 from optuna_fedbo.privacy._rng import research_rng
 from optuna_fedbo.samplers._fed import DEFAULT_LEASE_TTL
@@ -163,12 +162,8 @@ class FedPNESampler(FedSampler):
         self._points: dict[int, dict[str, Any]] = {}
         self._inflight: dict[int, tuple[int, int]] = {}
         self._uploaded: set[int] = set()
-        store = federation.store
         self._slots = PhaseSlots(
-            self._tag,
-            self._config.reward,
-            lambda: next_counter(store, self.client_id),
-            min(poll_interval, 0.05),
+            self._tag, self._config.reward, self._draw_ticket, min(poll_interval, 0.05)
         )
         self._n_clipped = 0
         self._noise_rng: np.random.Generator | None = None  # None: OS entropy

@@ -32,8 +32,8 @@ from optuna_fedbo.core.warping import WarpedFunction
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fts.messages import Broadcast
 from optuna_fedbo.samplers._fts_participant import FTSParticipant
+from optuna_fedbo.samplers._running_points import running_points
 from optuna_fedbo.samplers._site_state import one_step_ranking
-from optuna_fedbo.samplers._site_state import running_points
 from optuna_fedbo.samplers._site_state import score_one_step
 
 

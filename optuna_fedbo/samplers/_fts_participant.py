@@ -46,8 +46,8 @@ from optuna_fedbo.samplers._fts_upload import UploadMemory
 from optuna_fedbo.samplers._fts_upload import with_trial
 from optuna_fedbo.samplers._observations import TrialObservations
 from optuna_fedbo.samplers._rff_thompson import RFFThompsonSampler
+from optuna_fedbo.samplers._running_points import claim_point
 from optuna_fedbo.samplers._site_checks import conflict_message
-from optuna_fedbo.samplers._site_state import set_point
 from optuna_fedbo.samplers._waiting import sync_round
 from optuna_fedbo.samplers._waiting import Waits
 
@@ -61,6 +61,10 @@ _logger = optuna.logging.get_logger(__name__)
 MODE_ATTR = "fedbo:mode"
 #: Trial system attribute: the broadcast round a "federated" trial used.
 BROADCAST_ROUND_ATTR = "fedbo:broadcast_round"
+
+#: Choices of a trial's point at most (a point another worker's running trial claimed first is
+#: chosen again, given that trial's point).
+_CHOICES = 3
 
 #: How each sampling mode counts in :attr:`FedSampler.counts`.
 _KIND = {
@@ -324,12 +328,18 @@ class FTSParticipant(FedSampler):
         if cached is not None:
             return cached
         # One BLAS limit for the whole step (its updates, posteriors and GPs would each set
-        # and restore it).
-        # One choice at a time in a process: each thread's choice sees the points of the
-        # others' running trials (other processes' choices may still overlap, as GPSampler's).
+        # and restore it). One choice at a time in a process: each thread's choice sees the
+        # points of the others' running trials; a point another process's running trial
+        # claimed first is chosen again, given that trial's point (at most _CHOICES times).
         with self._choosing, one_blas_thread():
-            params = self._choose(study, trial)
-            set_point(study, trial, self._encoder.encode([params])[0])
+            poll = min(self._poll_interval, 0.05)
+            for _ in range(_CHOICES):
+                params = self._choose(study, trial)
+                point = self._encoder.encode([params])[0]
+                if claim_point(study, trial, point, self._draw_ticket, poll):
+                    break
+                self._uncount(trial._trial_id)
+                _logger.debug(f"Trial {trial.number}: its point was taken; choosing again.")
         with self._lock:
             self._points[trial._trial_id] = params
         return params

@@ -9,15 +9,9 @@ the study's trials:
   complete, and kept if the worker dies right after). A slot done twice counts its first trial
   (by number), so every worker computes the same node means.
 * **Taken pulls.** A running trial claims its slot with :data:`CLAIM_ATTR`. Two workers may
-  pick the same free slot at once, and an Optuna storage offers no compare-and-set on
-  attributes, so a claim follows Lamport's bakery: the worker writes its intent (the slot, no
-  ticket), then draws a ticket from the storage (:func:`~optuna_fedbo.federation.site_counter.
-  next_counter`: ids handed out atomically and increasing, to every process alike), writes it,
-  and reads the slot's other claims: it waits while one has no ticket yet (at most
-  :data:`CHOOSING_WAIT` seconds: a worker that died there is no rival), and keeps the slot only
-  if no rival holds a smaller ticket. A rival whose intent it did not see wrote that intent
-  after this read, so drew a larger ticket, and backs off itself: each slot is pulled by one
-  trial at a time, and the smallest ticket always keeps it (no slot skipped).
+  pick the same free slot at once; the claim (the slot, then its ticket) settles it as Lamport's
+  bakery does (:mod:`._bakery`): each slot is pulled by one trial at a time, and the smallest
+  ticket always keeps it (no slot skipped).
 
 A running trial of a dead worker keeps its slot until the site's takeover fails the trial
 (:mod:`optuna_fedbo.samplers._site_state`); a failed or pruned pull frees its slot.
@@ -27,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 import math
-import time
 from typing import Any
 
 from optuna.study import Study
@@ -35,6 +28,7 @@ from optuna.trial import FrozenTrial
 from optuna.trial import TrialState
 
 from optuna_fedbo.core.fedpne import Phase
+from optuna_fedbo.samplers._bakery import keeps_choice
 
 #: Trial system attributes of a pull: the configuration it belongs to, its phase, slot, node.
 CONFIG_ATTR = "fedpne:config"
@@ -45,8 +39,6 @@ NODE_ATTR = "fedpne:node"
 REWARD_ATTR = "fedpne:reward"
 #: Trial system attribute: ``{"config", "phase", "slot", "ticket"}``, a running trial's claim.
 CLAIM_ATTR = "fedpne:claim"
-#: Longest wait (seconds) for a rival's ticket (drawn milliseconds after its intent).
-CHOOSING_WAIT = 10.0
 
 
 class PhaseSlots:
@@ -140,17 +132,13 @@ class PhaseSlots:
                 return slot, len(done)
 
     def _won(self, study: Study, phase: Phase, slot: int, ticket: int, own: int) -> bool:
-        deadline = time.monotonic() + CHOOSING_WAIT
-        while True:
+        def rival_tickets() -> list[int | None] | None:
             trials = _read(study)
             if slot in self._done(study, trials, phase):
-                return False
-            tickets = self._rivals(trials, phase, own).get(slot, [])
-            if any(t is not None and t < ticket for t in tickets):
-                return False
-            if None not in tickets or time.monotonic() >= deadline:
-                return True
-            time.sleep(self._poll)
+                return None
+            return self._rivals(trials, phase, own).get(slot, [])
+
+        return keeps_choice(rival_tickets, ticket, self._poll)
 
     @staticmethod
     def _write(study: Study, trial_id: int, claim: dict[str, Any] | None) -> None:
@@ -162,7 +150,6 @@ def _read(study: Study) -> list[FrozenTrial]:
 
 
 __all__ = [
-    "CHOOSING_WAIT",
     "CLAIM_ATTR",
     "CONFIG_ATTR",
     "NODE_ATTR",

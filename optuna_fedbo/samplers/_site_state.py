@@ -12,10 +12,9 @@ from the study's trials (and their system attributes) and the federation:
   trial and its tag leaves a running trial of no worker: it is failed once it has run for
   :data:`ORPHAN_AGE` seconds while a worker of the site is lost (a live worker's trial is
   untagged for milliseconds only).
-* **Which point.** The point a trial was given (encoded, :data:`POINT_ATTR`) is stored when it is
-  chosen, so other workers treat the running trials as GPSampler does: the acquisition is
-  maximized given them (:mod:`optuna_fedbo.core.believer`), and parallel workers do not suggest
-  the same point.
+* **Which point.** The point a trial was given is stored and claimed when it is chosen
+  (:mod:`._running_points`), so other workers treat the running trials as GPSampler does and
+  parallel workers do not suggest the same point.
 * **The one-step ranking.** Each finished transfer trial stores how its two models ordered it
   (:data:`ONE_STEP_ATTR`); the ranking is read from the latest of them, whoever ran them.
 * **Which site.** The study is marked as the study of its site (:data:`SITE_ATTR`), and the
@@ -52,8 +51,6 @@ _logger = optuna.logging.get_logger(__name__)
 
 #: Trial system attribute: the lease epoch of the worker that runs the trial.
 WORKER_ATTR = "fedbo:worker"
-#: Trial system attribute: the trial's point in the federation's encoded space.
-POINT_ATTR = "fedbo:point"
 #: Trial system attribute: ``[own, transfer]`` misordered fractions of a finished trial.
 ONE_STEP_ATTR = "fedbo:one_step"
 #: Study system attribute: ``{"federation", "client"}`` of the site the study is.
@@ -271,28 +268,6 @@ def _fail(study: Study, trial_id: int) -> bool:
 
 
 # --------------------------------------------------------------- what trials carry
-def set_point(study: Study, trial: FrozenTrial, point: np.ndarray) -> None:
-    """Store a trial's chosen point (encoded) for the other workers."""
-    try:
-        study._storage.set_trial_system_attr(
-            trial._trial_id, POINT_ATTR, [float(v) for v in np.asarray(point).ravel()]
-        )
-    except Exception:
-        _logger.debug("Could not store the trial's point.", exc_info=True)
-
-
-def running_points(study: Study, trial: FrozenTrial, n_columns: int) -> np.ndarray:
-    """The points of the study's other running trials, shape ``(m, n_columns)``."""
-    rows = []
-    for other in study._get_trials(deepcopy=False, states=(TrialState.RUNNING,), use_cache=False):
-        point = other.system_attrs.get(POINT_ATTR)
-        if other._trial_id == trial._trial_id or not isinstance(point, list):
-            continue
-        if len(point) == n_columns:
-            rows.append(point)
-    return np.asarray(rows, dtype=float).reshape(-1, n_columns)
-
-
 def score_one_step(
     study: Study,
     trial: FrozenTrial,
@@ -328,13 +303,10 @@ def one_step_ranking(study: Study, window: int = 10) -> OneStepRanking:
 
 __all__ = [
     "ONE_STEP_ATTR",
-    "POINT_ATTR",
     "SITE_ATTR",
     "WORKER_ATTR",
     "SiteMismatchError",
     "SiteState",
     "one_step_ranking",
-    "running_points",
     "score_one_step",
-    "set_point",
 ]
