@@ -124,7 +124,7 @@ def _run_federation(storage: str, tmp_path: Path) -> None:
 
     server = subprocess.Popen(
         [sys.executable, "-m", "optuna_fedbo.federation.cli", "serve", "--storage", storage]
-        + ["--name", name, "--poll-interval", "0.1", "--timeout", "240"]
+        + ["--name", name, "--poll-interval", "0.1", "--timeout", "900"]
         + ["--round-timeout", "none"],  # the paper's lock-step: every phase complete
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
