@@ -16,6 +16,7 @@ import optuna_fedbo as fb
 from optuna_fedbo.core.secagg.messages import Message
 from optuna_fedbo.core.secagg.messages import ShareBundle
 from optuna_fedbo.core.secagg.messages import SurvivorList
+from optuna_fedbo.core.secagg.ring import encode
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation.secagg import participant as participant_module
@@ -171,6 +172,65 @@ def test_an_encoded_input_is_masked_as_it_was_offered(monkeypatch) -> None:
     assert client.masked[0].dtype == np.uint64
     assert client.masked[0].tolist() == elements.tolist()
     assert participant.masked_rounds == [(1, 0)] and not participant._fresh
+
+
+class _Counts:
+    """Stands for the participant's own ledger under distributed DP: every masking counted."""
+
+    def record(self, round_index: int, attempt: int) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("redrawn", [False, True], ids=["offered", "redrawn"])
+def test_ring_elements_of_any_unsigned_type_are_masked_as_offered(monkeypatch, redrawn) -> None:
+    """Ring elements offered (or redrawn with fresh noise for a second masking) as ``uint32``
+    are masked as the same elements (a narrower type read as 64-bit integers would not be)."""
+    name = f"participant-kills-uint32-{redrawn}"
+    participant, client, setup = _at_masked_step(monkeypatch, name, "b")
+    rng = np.random.default_rng(1)
+    first, second = (
+        rng.integers(0, 2**32, setup.ring.dimension, dtype=np.uint64) & setup.ring.mask
+        for _ in range(2)
+    )
+    if redrawn:
+        participant.own_ledger = _Counts()  # type: ignore[assignment]
+        participant.offer(first, encoded=True, redraw=lambda: second.astype(np.uint32))
+        participant._masked = True  # masked before: noised afresh now
+    else:
+        participant.offer(first.astype(np.uint32), encoded=True)
+    participant._advance()
+    assert len(client.masked) == 1
+    assert client.masked[0].tolist() == (second if redrawn else first).tolist()
+
+
+def test_an_input_offered_as_numbers_is_encoded_into_the_ring_when_masked(monkeypatch) -> None:
+    participant, client, setup = _at_masked_step(monkeypatch, "participant-kills-plain", "b")
+    ring = setup.ring
+    values = np.random.default_rng(0).uniform(-ring.bound / 2, ring.bound / 2, ring.dimension)
+    participant.offer(values)  # not encoded: clipped, rounded and reduced at the masking
+    participant._advance()
+    assert len(client.masked) == 1
+    assert client.masked[0].tolist() == encode(values, ring).tolist()
+    assert participant.masked_rounds == [(1, 0)]
+
+
+def test_a_participant_left_out_of_an_attempts_setup_waits_for_the_next(
+    monkeypatch, caplog, propagate
+) -> None:
+    fed = _federation("participant-kills-not-listed")
+    participant = SecAggParticipant(fed, "c0")
+    participant.offer(np.zeros(3))
+    setup = round_setup(fed, 1, 0, ("c1", "c2", "c3"))  # c0 enrolled after it started
+    monkeypatch.setattr(participant_module, "verify_record", lambda *a: {})
+    monkeypatch.setattr(participant_module, "checked_setup", lambda federation, body: setup)
+    monkeypatch.setattr(participant, "_send", lambda *a: pytest.fail("it advertised keys"))
+    with caplog.at_level(logging.INFO):
+        assert participant._join(1, 0, {record_key(0, "setup"): "signed"}) is False
+    assert participant._client is None and participant._fresh  # its input goes to the next
+    assert (
+        "c0: not among the participants of round 1 attempt 0 (it enrolled after the attempt "
+        "started); it takes part in the next."
+    ) in caplog.messages
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ import os
 import shutil
 import threading
 
+import numpy as np
 import pytest
 from test_secagg_dp import _federation
 from test_secagg_dp import _omegas
@@ -343,3 +344,29 @@ def test_a_damaged_count_makes_the_participant_take_no_part(monkeypatch, caplog)
     )
     assert driver_of(fed.channel)._participants["c0"].masked_rounds == []
     assert report is not None and report.published and "c0" not in report.contributors
+
+
+@pytest.mark.parametrize("at", ["join", "mask"])
+def test_a_spent_participant_says_what_it_counted_and_takes_no_further_part(caplog, at) -> None:
+    """Refused at either check (advertising keys, masking the input): nothing is counted, it
+    is idle, and the warning names the count, where it is kept, its epsilon and the budget."""
+    fed = _federation(epsilon_budget=_budget_of(2), name=f"own-spent-{at}")
+    participant = driver_of(fed.channel).participant(fed, "c0")
+    own = participant.own_ledger
+    assert own is not None and own.record(0, 0) and own.record(0, 1)
+    participant.offer(np.zeros(3, dtype=np.uint64), encoded=True)
+    with caplog.at_level(logging.WARNING):
+        if at == "join":
+            assert participant._join(0, 2, {}) is False  # refused before reading the setup
+        else:
+            participant._attempt = (0, 2)
+            assert participant._count() is False
+    assert participant._client is None and not participant.busy
+    assert own.releases() == 2 and own.newest() == (0, 0, 1)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == [
+        f"c0: its own privacy budget is spent (2 masked input(s) counted in memory, epsilon "
+        f"{own.epsilon(2):.4g}; one more would take it above {own.budget:g} at delta "
+        f"{own.delta:g}): it masks no further input and takes no further part in secure "
+        "aggregation."
+    ]
