@@ -1,6 +1,8 @@
 """A secure-aggregation participant (``federation/secagg/participant.py``), in process: the
 counter of its sealed messages strictly grows even when the clock stands still or goes back, so
-the server never takes one for a replay of another (written to kill mutants of
+the server never takes one for a replay of another; it masks its input as offered (ring elements
+of any unsigned type, or numbers encoded at the masking); it joins only attempts it is in, and
+under distributed DP only after the newest one it masked into (written to kill mutants of
 ``benchmarks/mutation_trust.py``)."""
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import logging
 import numpy as np
 from optuna.distributions import FloatDistribution
 import pytest
+from test_secagg_dp import _federation as _dp_federation
 
 import optuna_fedbo as fb
 from optuna_fedbo.core.secagg.messages import Message
@@ -24,6 +27,7 @@ from optuna_fedbo.federation.secagg.participant import SecAggParticipant
 from optuna_fedbo.federation.secagg.relay import message_key
 from optuna_fedbo.federation.secagg.relay import record_key
 from optuna_fedbo.federation.secagg.relay import round_setup
+from optuna_fedbo.federation.secagg.spending import ReplayedAttemptError
 
 
 def _federation(name: str) -> Federation:
@@ -231,6 +235,34 @@ def test_a_participant_left_out_of_an_attempts_setup_waits_for_the_next(
         "c0: not among the participants of round 1 attempt 0 (it enrolled after the attempt "
         "started); it takes part in the next."
     ) in caplog.messages
+
+
+@pytest.mark.parametrize("attempt", [0, 1])
+def test_under_distributed_dp_it_joins_only_after_the_newest_attempt_it_masked_into(
+    monkeypatch, attempt: int
+) -> None:
+    """Its claim of round 1 attempt 0 is gone (a rolled-back storage): its own count still
+    refuses that attempt before any key is advertised, and lets the next one through."""
+    fed = _dp_federation(name=f"participant-kills-replay-{attempt}")
+    participant = SecAggParticipant(fed, "c0")
+    own = participant.own_ledger
+    assert own is not None and own.record(1, 0)
+    participant.offer(np.zeros(3, dtype=np.uint64), encoded=True)
+    setup = round_setup(fed, 1, attempt, ("c0", "c1", "c2", "c3"))
+    monkeypatch.setattr(participant_module, "verify_record", lambda *a: {})
+    monkeypatch.setattr(participant_module, "checked_setup", lambda federation, body: setup)
+    monkeypatch.setattr(participant_module, "claim", lambda *a: True)  # no claim is left
+    sent: list[str] = []
+    monkeypatch.setattr(participant, "_send", lambda r, a, step, message: sent.append(step))
+    entries = {record_key(attempt, "setup"): "signed"}
+    if attempt == 0:
+        with pytest.raises(ReplayedAttemptError, match="is not after round 1 attempt 0"):
+            participant._join(1, attempt, entries)
+        assert participant._client is None and sent == []
+    else:
+        assert participant._join(1, attempt, entries) is True
+        assert participant._client is not None and sent == ["keys"]
+    assert own.releases() == 1  # joining counts nothing: the masking does
 
 
 @pytest.mark.parametrize(
