@@ -40,7 +40,7 @@ standard error of the paired per-site-run difference to GPSampler.
 
 Run: ``nice -n 10 python benchmarks/fts_value_tuning.py --family krr-diabetes --seeds 6``;
 ``--cost 200`` times the participant, the server's round, TPE and GPSampler per trial at 20, 50,
-60, 100 and 200 trials.
+60, 100 and 200 trials (``--cost-sites 1,4``: in a federation of one and of four sites).
 """
 
 from __future__ import annotations
@@ -326,10 +326,11 @@ def report(family: str, per_seed: list[dict[str, np.ndarray]], seconds: dict[str
         print(line)
 
 
-def cost(n_trials: int, dims: int) -> None:
+def cost(n_trials: int, dims: int, n_sites: int = 2) -> None:
     """CPU ms per trial over the ten trials up to 20, 50, 60, 100 and 200: a participant of a
-    two-site federation (in memory, the server closing a round after each pair of trials; its
-    step timed apart and divided by the two participants), TPE and GPSampler, in one run."""
+    federation of ``n_sites`` (in memory, the server closing a round after each trial of every
+    site; its step timed apart and divided by the participants; a lone site's rounds are
+    published, ``min_contributors=1``), TPE and GPSampler, in one run."""
     from optuna_fedbo import Federation
     from optuna_fedbo import FederationServer
     from optuna_fedbo import FedTransferSampler
@@ -351,16 +352,22 @@ def cost(n_trials: int, dims: int) -> None:
     if "gp" in stock_samplers(0):  # GPSampler needs torch (the ``gp`` extra)
         gp = optuna.create_study(direction="maximize", sampler=stock_samplers(0)["gp"]())
         gp_ms = [timed(gp) for _ in range(n_trials)]
-    fed = Federation.create(f"cost-{time.time_ns()}", search_space=space, n_clients=2)
+    protocol = FTSConfig(min_contributors=1) if n_sites == 1 else FTSConfig()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a round of one contributor, published
+        fed = Federation.create(
+            f"cost-{time.time_ns()}", search_space=space, n_clients=n_sites, protocol=protocol
+        )
     server = FederationServer(fed)
-    site, other = (
-        optuna.create_study(direction="maximize", sampler=FedTransferSampler(fed, n, seed=s))
-        for s, n in enumerate(("site", "other"))
+    site, *others = (
+        optuna.create_study(direction="maximize", sampler=FedTransferSampler(fed, f"s{s}", seed=s))
+        for s in range(n_sites)
     )
     site_ms, server_ms = [], []
     for _ in range(n_trials):
         site_ms.append(timed(site))
-        other.optimize(objective, n_trials=1)
+        for other in others:
+            other.optimize(objective, n_trials=1)
         start = time.process_time()
         server.step(force=True)
         server_ms.append(time.process_time() - start)
@@ -368,11 +375,12 @@ def cost(n_trials: int, dims: int) -> None:
         if end > n_trials:
             break
         window = slice(end - 10, end)  # the ten trials up to ``end``
+        participant, tpe_trial = np.mean(site_ms[window]), np.mean(tpe_ms[window])
         print(
-            f"{dims}-D, trials {end - 9}-{end}, CPU ms per trial: participant "
-            f"{1000 * np.mean(site_ms[window]):.1f}, server per participant "
-            f"{500 * np.mean(server_ms[window]):.1f}, TPE {1000 * np.mean(tpe_ms[window]):.1f}, "
-            f"GPSampler {1000 * np.mean(gp_ms[window]):.1f}"
+            f"{dims}-D, {n_sites} sites, trials {end - 9}-{end}, CPU ms per trial: participant "
+            f"{1000 * participant:.1f} ({participant / tpe_trial:.1f}x TPE), server per "
+            f"participant {1000 * np.mean(server_ms[window]) / n_sites:.1f}, TPE "
+            f"{1000 * tpe_trial:.1f}, GPSampler {1000 * np.mean(gp_ms[window]):.1f}"
         )
 
 
@@ -385,12 +393,14 @@ def main() -> None:
     parser.add_argument("--methods", default="random,tpe,qmc,cmaes,gp,local-gp,fed_solo")
     parser.add_argument("--cost", type=int, default=0, help="only time N trials (3-D, 4-D)")
     parser.add_argument("--cost-dims", default="3,4", help="dimensions timed by --cost")
+    parser.add_argument("--cost-sites", default="2", help="federation sizes timed by --cost")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=ExperimentalWarning)
     if args.cost:
         for dims in args.cost_dims.split(","):
-            cost(args.cost, int(dims))
+            for n_sites in args.cost_sites.split(","):
+                cost(args.cost, int(dims), int(n_sites))
         return
     methods = args.methods.split(",")
     per_seed = []
