@@ -97,9 +97,21 @@ def regret_curves(
     studies: list[optuna.Study], functions: np.ndarray, n_rounds: int, n_init: int = N_INIT
 ) -> np.ndarray:
     """Simple regret per agent after round 0 (initial design) and each BO round."""
-    curves = np.zeros((len(studies), n_rounds + 1))
-    for n, study in enumerate(studies):
-        found = np.maximum.accumulate([t.user_attrs["f"] for t in study.trials])
+    return regret_of(f_values_of(studies), functions, n_rounds, n_init)
+
+
+def f_values_of(studies: list[optuna.Study]) -> list[list[float]]:
+    """Each agent's noiseless values ``f`` of its trials, in order."""
+    return [[t.user_attrs["f"] for t in study.trials] for study in studies]
+
+
+def regret_of(
+    f_values: list[list[float]], functions: np.ndarray, n_rounds: int, n_init: int = N_INIT
+) -> np.ndarray:
+    """:func:`regret_curves` from each agent's noiseless values ``f`` of its trials in order."""
+    curves = np.zeros((len(f_values), n_rounds + 1))
+    for n, values in enumerate(f_values):
+        found = np.maximum.accumulate(values)
         curves[n] = functions[n].max() - found[n_init - 1 :][: n_rounds + 1]
     return curves
 

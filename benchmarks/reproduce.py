@@ -79,6 +79,7 @@ import zlib  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import federation_synthetic as fs  # noqa: E402
+import fts_lockstep as lockstep  # noqa: E402
 import numpy as np  # noqa: E402
 import optuna  # noqa: E402
 import reproduce_fedpne as rf  # noqa: E402
@@ -309,7 +310,7 @@ def _pilot_norms(
             return None
         if found is None:
             functions = Problem("similar", 0.02, scale.agents).functions(seed)
-            result = fs.run_federated(functions, scale.rounds, seed, protocol)
+            result = lockstep.run(functions, scale.rounds, seed, protocol)
             found = {"norms": [n for r in result.reports for n in r.upload_norms]}
             cache.put(found, "pilot", f"P{n_subregions}-N{scale.agents}", seed)
         norms += found["norms"]
@@ -355,6 +356,7 @@ def run_task(task: Task, scale: Scale, clips: dict[str, float]) -> dict[str, Any
     record: dict[str, Any] = {}
     if method.protocol is None:
         studies = fs.run_local_ts(functions, scale.rounds, task.seed, n_init=method.n_init)
+        f_values = fs.f_values_of(studies)
     else:
         privacy = None
         if method.privacy is not None:
@@ -365,16 +367,13 @@ def run_task(task: Task, scale: Scale, clips: dict[str, float]) -> dict[str, Any
             )
             record["clip_norm"] = clip
         noise_seed = zlib.crc32(f"{method.label}/{task.seed}".encode())
-        result = fs.run_federated(
+        result = lockstep.run(
             functions, scale.rounds, task.seed, method.protocol, privacy, noise_seed
         )
-        studies = result.studies
+        f_values = result.f_values
         if privacy is not None:
-            published = [r for r in result.reports if r.published]
-            record["clipped"] = sum(r.n_clipped or 0 for r in published)
-            record["contributed"] = sum(r.n_contributors for r in published)
-            record["epsilon"] = result.federation.privacy_spent()[0]
-    curves = fs.regret_curves(studies, functions, scale.rounds, n_init=method.n_init)
+            record.update(result.dp_counters())
+    curves = fs.regret_of(f_values, functions, scale.rounds, n_init=method.n_init)
     record["curve"] = curves.mean(axis=0).tolist()
     record["seconds"] = time.perf_counter() - start
     record["cpu_seconds"] = time.process_time() - cpu_start

@@ -38,6 +38,7 @@ PROVENANCE = "PROVENANCE.json"
 #: its run functions only call these, and its report code must stay editable).
 DRIVERS = (
     "federation_synthetic.py",
+    "fts_lockstep.py",
     "fedpne_common.py",
     "fedpne_synthetic.py",
     "ldp_common.py",
