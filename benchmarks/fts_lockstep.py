@@ -273,7 +273,8 @@ def run_lockstep(
                     )
             reports.append(LockstepReport(round_index, count, n_clipped, norms))
     epsilon = math.inf
-    if privacy is not None:  # round by round, as the ledger accounts them (PLD: to the bit)
+    if privacy is not None:  # PLD round by round, as the ledger composes it (to the bit)
         curve = federation.privacy.curve(n_agents)
-        epsilon = max((curve.epsilon(t) for t in range(1, n_rounds + 1)), default=0.0)
+        counts = range(1, n_rounds + 1) if privacy.accountant == "pld" else [n_rounds]
+        epsilon = max((curve.epsilon(t) for t in counts), default=0.0)
     return LockstepResult([a.f_values for a in agents], reports, float(epsilon))
