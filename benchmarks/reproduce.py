@@ -35,19 +35,18 @@ another scale is refused (exit status 2); ``--rebuild-cache`` moves it aside and
 ``--accept-cache-from-other-code`` continues it at the same scale, and the report names every
 code digest it mixes (for a long run that a fix elsewhere in the library would otherwise void).
 
-Cost of ``--scale full`` (estimated 2026-11-27 on this 2-core x86_64 machine class idle, CPU
-seconds of one process): one N = 200 run about 19 s (local TS), 60 s (FTS-DE) and 75 s
-(DP-FTS-DE) at T = 40 (extrapolated from T = 5, 10, 20), an N = 50 run about a quarter: about 9
-CPU hours for the FTS family's 660 runs + 4 pilots (260 DP runs at N = 200 are two thirds).
-Measured the same day on a loaded machine (load 7-18, every run at nice 15, 2 workers): local
-TS at N = 200 took 20-21 CPU s (76-78 s wall), an FTS-DE pilot at N = 200 2.3-3.6 CPU minutes
-(6-11 min wall), a DP-FTS-DE run at N = 200 over 2.5 CPU minutes: under load the FTS family is
-2-3x the idle estimate. Fed-PNE, 600 runs: 0.1-4 s per Fed-PNE run, 20-40 s per HCT run at
+Cost of ``--scale full`` (2026-11-27, this 2-core x86_64 machine at load 8-11, nice 15, CPU
+seconds of one process): the federated FTS-family runs go through ``fts_lockstep.py`` (bit for
+bit ``simulate()``'s results, without its studies and storage): a DP-FTS-DE run at N = 200,
+T = 40 took 14-17 CPU s there, 181-182 s through ``simulate()`` (the same two runs, identical
+results); local TS (Optuna studies) 20-21 CPU s at N = 200; an N = 50 run about a quarter; the
+product defaults (a local GP per site) still go through ``simulate()``. The FTS family's 660
+runs: about 2-3 CPU hours. Fed-PNE, 600 runs: 0.1-4 s per Fed-PNE run, 20-40 s per HCT run at
 T = 5000 (PyXAB: ``pip install PyXAB==0.3.0``), about an hour. LDP-BO, 320 runs: 6 s per
 practical run, 3 s per paper run of a CTL(epsilon) setting, but 65 s per paper run with
-heavy-tailed noise (ATA's unbounded dictionary): about 1.1 hours. In all 11-12 CPU hours idle:
-``--shard K/8`` on four idle machines (two shards each, ``--workers 1``) is about 1.5 hours per
-machine; two shards on one idle machine 6 hours.
+heavy-tailed noise (ATA's unbounded dictionary): about 1.1 hours. In all 4-5 CPU hours:
+``--shard K/8`` on four machines (two shards each, ``--workers 1``) is about an hour per
+machine.
 
 The drivers of the individual benchmarks are reused: ``federation_synthetic.py`` (the FTS/DE
 synthetic problems, local TS, the federation runner), ``privacy_accounting.py`` (the papers'
