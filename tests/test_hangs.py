@@ -247,7 +247,7 @@ def test_cli_serve_on_a_finished_federation_exits_2_with_how_to_start_over(
     db = tmp_path / "fed.db"
     url = f"sqlite:///{db}"
     fed = _fts(1, storage=url)
-    sampler = fb.FedSampler(fed, client_id="a", seed=0, lease_ttl=30.0)
+    sampler = fb.FedSampler(fed, client_id="a", seed=0, lease_ttl=2.0)
     sampler.finish()
     args = ["serve", "--storage", url, "--name", fed.name, "--poll-interval", "0.02"]
     assert cli_main(args) == 0
@@ -264,7 +264,7 @@ def test_cli_serve_on_a_finished_federation_exits_2_with_how_to_start_over(
 def test_cli_serve_idle_timeout(tmp_path, capsys, caplog) -> None:
     url = f"sqlite:///{tmp_path / 'fed.db'}"
     fed = _fts(2, storage=url)
-    fb.FedSampler(fed, client_id="a", seed=0, lease_ttl=30.0).finish()
+    fb.FedSampler(fed, client_id="a", seed=0, lease_ttl=2.0).finish()
     args = ["serve", "--storage", url, "--name", fed.name, "--poll-interval", "0.02"]
     started = time.monotonic()
     with caplog.at_level(logging.INFO):

@@ -364,6 +364,29 @@ def test_auto_round_timeout_follows_the_slowest_running_participant(monkeypatch)
         FederationServer(fed, round_timeout="soon")
 
 
+@pytest.mark.parametrize("min_contributors", [1, 2])
+def test_too_few_running_to_publish_a_round_is_a_roster_problem(min_contributors: int) -> None:
+    # The server closes a round of one upload (min_uploads=1) but, without differential
+    # privacy, publishes none of fewer than min_contributors: with one site left running, no
+    # round can be published, and a waiting participant must hear so (not wait out each round).
+    fed = _fts(n_clients=2, min_contributors=min_contributors)
+    FederationServer(fed, min_uploads=1).announce()
+    for client in "ab":
+        fed.join(client)
+    running = fed.lease("a")
+    fed.lease("b").release()  # b finished
+    problems = {p.kind: p.text for p in fed.lifecycle().problems}
+    if min_contributors == 1:
+        assert problems == {}
+    else:
+        assert list(problems) == ["roster"]
+        assert "2 of 2 participants have joined and 1 run" in problems["roster"]
+        assert "publishes no round of fewer than 2 participants (FTSConfig.min_contributors)" in (
+            problems["roster"]
+        )
+    running.release()
+
+
 def test_dp_noise_stays_os_entropy_whatever_the_seed() -> None:
     def noisy_round() -> np.ndarray:
         fed = Federation.create(

@@ -134,6 +134,24 @@ def server_age(server: dict[str, Any]) -> float:
     return max(time.time() - float(server.get("heartbeat", 0.0)), 0.0)
 
 
+def fewest_published(federation: Federation) -> tuple[int, str]:
+    """The fewest participants of whom the federation's server publishes a round, and the
+    setting that fixes it (``(1, "")`` where any number will do).
+
+    Without differential privacy an FTS-family server withholds a round of fewer than
+    ``FTSConfig.min_contributors`` contributors; under secure aggregation it unmasks no sum of
+    fewer than the threshold ``t``.
+    """
+    if federation.protocol.kind != "fts":
+        return 1, ""
+    secure = federation.secure_aggregation
+    if secure is not None and secure.threshold is not None:
+        return int(secure.threshold), "the secure aggregation's threshold t"
+    if federation.privacy is None:
+        return int(federation.fts.min_contributors), "FTSConfig.min_contributors"
+    return 1, ""
+
+
 def read_lifecycle(federation: Federation) -> Lifecycle:
     """The federation's participants and what keeps its rounds from closing."""
     roster = tuple(federation.participants())
@@ -178,14 +196,17 @@ def read_lifecycle(federation: Federation) -> Lifecycle:
         else:
             closing = server.get("closing") or {}
             timeout = closing.get("round_timeout", "auto")
-            needed = n if timeout is None else int(closing.get("min_uploads", 1))
+            min_uploads = int(closing.get("min_uploads", 1))
+            fewest, setting = fewest_published(federation)
+            needed = n if timeout is None else max(min_uploads, fewest)
             running = sum(1 for c in roster if c not in states or states[c].status == "active")
             if running < needed:
-                rule = (
-                    f"waits for all {n} participants (round_timeout None)"
-                    if timeout is None
-                    else f"closes a round with at least {needed} uploads (min_uploads)"
-                )
+                if timeout is None:
+                    rule = f"waits for all {n} participants (round_timeout None)"
+                elif fewest > min_uploads:
+                    rule = f"publishes no round of fewer than {needed} participants ({setting})"
+                else:
+                    rule = f"closes a round with at least {needed} uploads (min_uploads)"
                 problems.append(
                     Problem(
                         "roster",
