@@ -68,6 +68,22 @@ def test_paper_preset_reproduces_the_landmine_default() -> None:
         presets.dp_fts_de_privacy(sample_rate=1.5)
 
 
+def test_every_ledger_of_one_event_reads_one_curve_and_another_event_its_own() -> None:
+    config = DPConfig(1.0, 0.25, 5.0)
+    first, second = config.curve(50), DPConfig(1, 0.25, 5.0).curve(50)  # (an int z: the same)
+    assert first is second and first.delta == config.resolve(50).delta
+    assert config.curve(49) is first  # another N, the same Poisson event and delta
+    for other in (
+        DPConfig(1.0, 0.5, 5.0).curve(50),
+        DPConfig(1.0, 0.25, 5.0, delta=1e-6).curve(50),
+    ):
+        assert other is not first
+    moments = DPConfig(1.0, 0.25, 5.0, accountant="moments").curve(50)
+    assert moments is not first and moments.accountant == "moments"
+    expected = compute_epsilon(noise_multiplier=1.0, sample_rate=0.25, rounds=3, delta=first.delta)
+    assert first.epsilon(3) == pytest.approx(expected, rel=1e-12)
+
+
 @pytest.mark.parametrize("accountant", ["moments", "rdp", "pld"])
 @pytest.mark.parametrize("z", [1, np.float64(1.0), np.float32(1.0), np.int64(1)])
 def test_int_and_numpy_noise_multipliers_give_the_float_epsilon(

@@ -381,9 +381,8 @@ def test_too_few_running_to_publish_a_round_is_a_roster_problem(min_contributors
     else:
         assert list(problems) == ["roster"]
         assert "2 of 2 participants have joined and 1 run" in problems["roster"]
-        assert "publishes no round of fewer than 2 participants (FTSConfig.min_contributors)" in (
-            problems["roster"]
-        )
+        rule = "publishes no round of fewer than 2 participants (FTSConfig.min_contributors)"
+        assert rule in problems["roster"]
     running.release()
 
 

@@ -52,6 +52,7 @@ from optuna_fedbo.privacy._accounting import default_delta
 from optuna_fedbo.privacy._accounting import SAMPLINGS
 from optuna_fedbo.privacy._accounting import SubsampledGaussianEvent
 from optuna_fedbo.privacy._curve import EpsilonCurve
+from optuna_fedbo.privacy._curve import shared_curve
 from optuna_fedbo.privacy._gaussian import SubsampledGaussianMechanism
 
 
@@ -194,13 +195,14 @@ class DPConfig:
         )
 
     def curve(self, n_clients: int) -> EpsilonCurve:
-        """Epsilon after ``T`` rounds, as a cached function of ``T``."""
+        """Epsilon after ``T`` rounds, as a cached function of ``T`` (one per process for each
+        event, delta and accountant: :func:`~optuna_fedbo.privacy._curve.shared_curve`)."""
         resolved = self.resolve(n_clients)
         assert resolved.delta is not None
-        return EpsilonCurve(
+        return shared_curve(
             resolved.event(n_clients),
-            resolved.delta,
-            accountant=self.accountant,  # type: ignore[arg-type]
+            float(resolved.delta),
+            self.accountant,  # type: ignore[arg-type]
         )
 
     def epsilon(self, rounds: int, n_clients: int) -> float:
