@@ -1,8 +1,9 @@
-"""A DP federation across processes: 4 participants and a server on one SQLite / journal file.
+"""A DP federation across processes: 4 participants and a server on one SQLite file.
 
 The server accounts every round in the ledger and stops at the epsilon budget; the participants
 (synchronous, waiting without a timeout) must notice, finish their studies with local TS and
-upload nothing more. The PostgreSQL variant reads ``OPTUNA_FEDBO_TEST_POSTGRES_URL``.
+upload nothing more. The PostgreSQL variant reads ``OPTUNA_FEDBO_TEST_POSTGRES_URL``. (Over a
+journal file, DP rounds and the budget's stop run in ``test_dp_server.py``, in one process.)
 """
 
 from __future__ import annotations
@@ -104,10 +105,6 @@ def _run(storage: str) -> None:
 
 def test_dp_federation_on_one_sqlite_file(tmp_path: Path) -> None:
     _run(f"sqlite:///{tmp_path / 'dp.db'}")
-
-
-def test_dp_federation_on_one_journal_file(tmp_path: Path) -> None:
-    _run(f"journal:{tmp_path / 'dp.log'}")
 
 
 @pytest.mark.skipif(

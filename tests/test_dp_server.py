@@ -392,11 +392,17 @@ def test_a_killed_server_process_resumes_without_double_counting(
 
 
 # ---------------------------------------------------------------------------- the budget
-def test_the_server_never_publishes_past_the_budget(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("kind", ["memory", "journal"])
+def test_the_server_never_publishes_past_the_budget(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path, kind: str
+) -> None:
+    # (Over a journal file too: the multi-process DP test runs on SQLite and PostgreSQL.)
     privacy = DPConfig(1.0, 0.5, 4.0, accountant="moments")
     budget = privacy.epsilon(3, 4)  # exactly three rounds (the bound is inclusive)
     fed = _federation(
-        4, privacy=DPConfig(1.0, 0.5, 4.0, accountant="moments", epsilon_budget=budget)
+        4,
+        privacy=DPConfig(1.0, 0.5, 4.0, accountant="moments", epsilon_budget=budget),
+        storage=InMemoryStorage() if kind == "memory" else f"journal:{tmp_path / 'dp.log'}",
     )
     server = FederationServer(fed)
     reports = []

@@ -321,8 +321,12 @@ def test_participants_that_have_not_joined_block_a_complete_close() -> None:
 
 
 # ----------------------------------------------------------------------------- restarts
-def test_server_restart_mid_phase_keeps_the_uploads(tmp_path) -> None:
-    storage = f"sqlite:///{tmp_path / 'fed.db'}"
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_server_restart_mid_phase_keeps_the_uploads(tmp_path, kind: str) -> None:
+    # (Over a journal file too: the multi-process Fed-PNE test runs on SQLite and PostgreSQL.)
+    storage = (
+        f"sqlite:///{tmp_path / 'fed.db'}" if kind == "sqlite" else f"journal:{tmp_path / 'f.log'}"
+    )
     fed = _federation(storage=storage)
     channel = FedPNEChannel(fed)
     phase = channel.view().phase

@@ -2,8 +2,9 @@
 
 Five participants run ``study.optimize`` in their own processes (each study in its own journal
 file), the server runs ``optuna-fedbo serve``; one participant is stopped mid-phase and restarted
-in a new process on the same study. Storages: SQLite, a journal file and, when
-``OPTUNA_FEDBO_TEST_POSTGRES_URL`` is set, PostgreSQL.
+in a new process on the same study. Storages: SQLite and, when ``OPTUNA_FEDBO_TEST_POSTGRES_URL``
+is set, PostgreSQL (a federation over a journal file: ``test_fedpne_federation.py``, in one
+process, and the eight-process FTS federation).
 
 This file is also the participant program: ``python THIS_FILE worker STORAGE NAME CLIENT_ID
 N_TRIALS STUDY_JOURNAL``.
@@ -177,10 +178,6 @@ def _run_federation(storage: str, tmp_path: Path) -> None:
         assert outcome["recommended"] == channel.recommended_params()
         assert outcome["pulls"][:HORIZON] == expected, client
     assert channel.status().missing == ()
-
-
-def test_five_processes_and_a_server_on_one_journal_file(tmp_path) -> None:
-    _run_federation(f"journal:{tmp_path / 'federation.log'}", tmp_path)
 
 
 def test_five_processes_and_a_server_on_one_sqlite_file(tmp_path) -> None:
