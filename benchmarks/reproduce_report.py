@@ -158,11 +158,14 @@ def reason(
     n: int | None = None,
     wins: int | None = None,
     partial_holds: bool | None = None,
+    measured: Mapping[tuple[str, str], str] = MEASURED,
 ) -> str:
     """Why a row did not reproduce, or what the other scale showed ('' when nothing to say).
 
     ``partial_holds``: for an archived row, whether this scale's runs so far (fewer than
     :data:`MIN_FUNCTIONS`) go the paper's way on the mean (``None``: no such runs).
+    ``measured``: separate measurements by ``(where, claim)`` (:data:`MEASURED` and those a
+    section adds from its own runs, :attr:`Report.measured`).
     """
     paper, where, claim = key
     parts: list[str] = []
@@ -203,9 +206,9 @@ def reason(
             f"initializations; App. B.1.1); here the paper's side wins on {wins} of {n} "
             "functions, so one function can show either ordering"
         )
-    measured = MEASURED.get((where, claim))
-    if measured is not None:
-        parts.append(measured)
+    found = measured.get((where, claim))
+    if found is not None:
+        parts.append(found)
     elif paper == "LDP-BO":
         parts.append(LDP_REASON)
     elif not dp:
@@ -242,6 +245,9 @@ class Report:
         self.evidence = evidence or Evidence(agents=getattr(scale, "agents", 50))
         self.claims: list[list[str]] = []
         self.sections: list[str] = []
+        #: Separate measurements quoted as reasons, by ``(where, claim)``: :data:`MEASURED`
+        #: and those a section computes from its own runs before recording the row.
+        self.measured: dict[tuple[str, str], str] = dict(MEASURED)
         self.archived_rows = 0
 
     def claim(
@@ -271,6 +277,7 @@ class Report:
                 p_two_sided=None if comparison is None else comparison.p_two_sided,
                 n=None if comparison is None else comparison.n,
                 wins=None if comparison is None else comparison.wins,
+                measured=self.measured,
             )
         self.claims.append([paper, where, claim, theirs, ours, verdict, why, ran])
 
@@ -311,6 +318,7 @@ class Report:
             n=functions,
             wins=wins,
             partial_holds=partial_holds,
+            measured=self.measured,
         )
         if partial:
             why = f"{partial}" + (f"; {why}" if why else "")

@@ -163,3 +163,24 @@ def test_the_log_t_row_counts_the_seeds_it_ran_on(tmp_path: Path) -> None:
     rf.fedpne_section(report, cache, reproduce._figure, save)
     (row,) = [r for r in report.claims if r[2].startswith("communication") and "garland" in r[1]]
     assert row[-1] == "smoke, 1 functions, 3 s"  # not the scale's 2
+
+
+def test_fed_pne_against_hct_at_pyxabs_rho_quotes_hcts_two_settings(tmp_path: Path) -> None:
+    import reproduce_fedpne as fp
+
+    report = _report(tmp_path)
+    fed_pne = {s: 10.0 + s for s in range(12)}
+    final = {
+        "HCT central rho=0.75": {s: 12.0 + s for s in range(12)},  # the paper's setting
+        "HCT central rho=0.5": {s: 9.0 + s for s in range(12)},  # PyXAB's default: better
+    }
+    assert fp._hct_rho_measurement({"HCT central rho=0.5": final["HCT central rho=0.5"]}) == ""
+    claim = "Fed-PNE (M=10) beats HCT central rho=0.5"
+    report.measured[("Fig. 2a/b (garland)", claim)] = fp._hct_rho_measurement(final)
+    report.ordering("Fed-PNE", "Fig. 2a/b (garland)", claim, "lowest", fed_pne,
+                    final["HCT central rho=0.5"])  # fmt: skip
+    why = report.claims[0][6]
+    assert st.category(report.claims[0][5]) == "not reproduced"
+    assert "no separate measurement yet" not in why and "rho = 0.75 only (App. E.1.1" in why
+    assert "it is HCT's better setting: 14.5 against 17.5 at rho = 0.75 (12/12 wins" in why
+    assert rr.MEASURED.get(("Fig. 2a/b (garland)", claim)) is None  # per report, not global
