@@ -184,13 +184,21 @@ def _synthetic() -> FTSConfig:
     return presets.fts_de_synthetic()
 
 
+#: ``1 - p_t`` of Fig. 7b's schedules, by the label's suffix ("1-p_t=1/t").
+SCHEDULE_DECAYS = {
+    "1/sqrt(t)": lambda t: t**-0.5,
+    "1/t": lambda t: 1.0 / t,
+    "1/t^2": lambda t: t**-2.0,
+}
+
+
 def _schedule_costs(metric: dict[str, dict[int, float]], labels: list[str], rounds: int) -> str:
     """Fig. 7b measured: what each schedule of ``1 - p_t`` costs against TS on independent
     agents, beside the rounds it follows the federation ('' without every run)."""
     ts, *schedules = labels
-    decays = (lambda t: t**-0.5, lambda t: 1.0 / t, lambda t: t**-2.0)  # as labels[1:]
     parts, fast = [], []
-    for label, decay in zip(schedules, decays):
+    for label in schedules:
+        decay = SCHEDULE_DECAYS[label.rsplit("=", 1)[1]]
         seeds = sorted(set(metric[label]) & set(metric[ts]))
         if len(seeds) < 2:
             return ""
@@ -200,8 +208,8 @@ def _schedule_costs(metric: dict[str, dict[int, float]], labels: list[str], roun
             f"1-p_t = {label.rsplit('=', 1)[1]}: {rounds_followed:.1f} rounds, "
             f"{ours.ratio:.2f}x TS (two-sided p = {ours.p_two_sided:.2g})"
         )
-        fast.append(ours.ratio)
-    low, high = sorted(fast[1:])  # the faster-decaying two
+        fast.append((rounds_followed, ours.ratio))
+    low, high = sorted(ratio for _, ratio in sorted(fast)[:2])  # the faster-decaying two
     return (
         "the paper's own mechanism, measured: on independent agents every round that follows "
         f"the federation costs; expected rounds following it (sum of 1-p_t over {rounds} "
