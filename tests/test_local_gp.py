@@ -276,15 +276,18 @@ def test_update_gp_refits_early_then_only_after_growth_and_caps_the_points() -> 
     rng = np.random.default_rng(0)
     X = rng.uniform(size=(400, 2))
     y = np.sin(6.0 * X[:, 0]) + X[:, 1]
-    gp, fit = update_gp(X[:50], y[:50], None, rng)
-    assert fit.n_observations == 50 and gp.n_observations == 50
-    _, again = update_gp(X[:60], y[:60], fit, rng)
-    assert again.n_observations == 60  # below REFIT_FROM observations: refitted every time
-    first = update_gp(X[:REFIT_FROM], y[:REFIT_FROM], None, rng)[1]
+    gp, fit = update_gp(X[: REFIT_FROM - 2], y[: REFIT_FROM - 2], None, rng)
+    assert fit.n_observations == REFIT_FROM - 2 and gp.n_observations == REFIT_FROM - 2
+    _, again = update_gp(X[: REFIT_FROM - 1], y[: REFIT_FROM - 1], fit, rng)
+    assert again.n_observations == REFIT_FROM - 1  # below REFIT_FROM: refitted every time
+    first = update_gp(X[:100], y[:100], None, rng)[1]
     gp, kept = update_gp(X[:109], y[:109], first, rng, refit_growth=1.1)
     assert kept is first and gp.params is first.params  # grown by less than 10%: conditioned
     _, refitted = update_gp(X[:112], y[:112], first, rng, refit_growth=1.1)
     assert refitted.n_observations == 112
+    at_start = update_gp(X[:REFIT_FROM], y[:REFIT_FROM], None, rng)[1]
+    _, kept = update_gp(X[: REFIT_FROM + 1], y[: REFIT_FROM + 1], at_start, rng)
+    assert kept is at_start  # from REFIT_FROM on: only after 10% more
     gp, _ = update_gp(X, y, refitted, rng, max_points=64)
     assert gp.n_observations == 64
     other = GPFitState(KernelParams(np.array([0.3, 0.3, 0.3]), 1.0, 1e-3), 300)

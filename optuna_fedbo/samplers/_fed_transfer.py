@@ -52,10 +52,10 @@ class FedTransferSampler(FTSParticipant):
       given the participant's own values (:func:`~optuna_fedbo.core.transfer.prior_weight`): a
       broadcast that predicts them guides the search, one that does not is weighted to about
       zero. That GP has the hyperparameters fitted to the participant's values without the
-      broadcast (one fit per trial). From 100 observations on, the weight is computed again
-      only as often as the GP's hyperparameters are refitted (once the observations have grown
-      by 10%) or when a broadcast comes on another feature block; in between each new
-      broadcast enters with the last weight. Without a broadcast the GP has no prior mean.
+      broadcast, fitted at every trial up to 20 observations and from then on once they have
+      grown by 10% (:func:`~optuna_fedbo.core.gp_fit.update_gp`; in between conditioned on the
+      new data). The weight is computed again as often, or when a broadcast comes on another
+      feature block; in between each new broadcast enters with the last weight. Without a broadcast the GP has no prior mean.
       When, over the latest ten trials, the participant's GP alone ordered each new value
       against the earlier ones better than the GP with the broadcast did (both predicting it
       before it was observed: :class:`~optuna_fedbo.core.transfer.OneStepRanking`), the trial

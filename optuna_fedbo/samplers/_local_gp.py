@@ -64,7 +64,7 @@ class LocalGPSampler(LocalModelSampler):
             (Thompson: the size of the joint draw, which costs ``O(n_candidates^3)``).
         n_refinements: Best candidates refined with L-BFGS-B (LogEI and UCB).
         max_points: Cap on the number of trials the GP is fitted to (beyond it: a subset).
-        refit_growth: After 100 observations, hyperparameters are refitted only when the number
+        refit_growth: After 20 observations, hyperparameters are refitted only when the number
             of observations has grown by this factor since the last fit (in between, the GP is
             conditioned on the new data with the last hyperparameters).
         independent_sampler: Sampler for the startup trials and for parameters outside the
