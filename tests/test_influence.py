@@ -16,6 +16,7 @@ from scipy.stats import chi2
 from optuna_fedbo.core.influence import capped_by_others
 from optuna_fedbo.core.influence import vector_norm_bound
 from optuna_fedbo.core.pooling import pack_blocks
+from optuna_fedbo.core.pooling import PoolingChoice
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
@@ -169,7 +170,8 @@ def test_the_pooled_broadcast_is_clipped_to_the_bound_whatever_the_posterior(mon
     server = FederationServer(fed)
     huge = np.full(M, 1e6)  # a posterior mean the model's prior does not allow
     monkeypatch.setattr(
-        "optuna_fedbo.federation.fts.server.select_posterior", lambda participants: (0, huge)
+        "optuna_fedbo.federation.fts.server.choose_posterior",
+        lambda participants, keep=None: (PoolingChoice(0, 1e-2, 0.0), huge),
     )
     for i in range(2):
         upload = pack_blocks([_statistics(f, *_honest(i)) for f in fed.pooling_features()])

@@ -11,11 +11,15 @@ import optuna
 from optuna.distributions import FloatDistribution
 import pytest
 
+from optuna_fedbo.core.pooling import choose_posterior
 from optuna_fedbo.core.pooling import pack
 from optuna_fedbo.core.pooling import pack_blocks
 from optuna_fedbo.core.pooling import packed_blocks_length
 from optuna_fedbo.core.pooling import pooled_posterior
 from optuna_fedbo.core.pooling import pooling_feature_maps
+from optuna_fedbo.core.pooling import POOLING_NOISE_VARIANCES
+from optuna_fedbo.core.pooling import POOLING_OFFSET_SCALES
+from optuna_fedbo.core.pooling import PoolingChoice
 from optuna_fedbo.core.pooling import robust_weights
 from optuna_fedbo.core.pooling import select_posterior
 from optuna_fedbo.core.pooling import unpack
@@ -192,6 +196,32 @@ def test_the_evidence_picks_a_block_of_the_functions_scale(dims, lengthscale, ex
         block, mean = select_posterior([[_statistics(f, x, y) for f in maps]])
         assert block in expected
         assert mean.shape == (maps[block].n_features,)
+
+
+def test_the_choice_is_the_best_evidence_of_the_grid_and_a_kept_one_its_posterior() -> None:
+    """The batched evidences are those of the posterior of each block, noise and offset scale
+    (pooled_posterior, one at a time); a kept choice gives that choice's posterior."""
+    maps = pooling_feature_maps(RandomFourierFeatures(2, M, (0.05, 0.5), seed=3))
+    sites = _sites(None, offsets=(0.0, 0.5, -0.3, 1.0))
+    participants = [[_statistics(f, x, y) for f in maps] for x, y in sites]
+    grid = {}
+    for index in range(len(maps)):
+        block = [statistics[index] for statistics in participants]
+        weights = robust_weights(block)
+        for noise in POOLING_NOISE_VARIANCES:
+            for offset in POOLING_OFFSET_SCALES:
+                grid[PoolingChoice(index, noise, offset)] = pooled_posterior(
+                    block, weights, noise, offset
+                )
+    best = max(grid, key=lambda c: grid[c][1])
+    choice, mean = choose_posterior(participants)
+    assert choice == best
+    np.testing.assert_allclose(mean, grid[best][0], rtol=1e-8, atol=1e-10)
+    for kept in (PoolingChoice(1, 1e-2, 0.3), PoolingChoice(4, 1.0, 0.0)):
+        assert kept != best
+        again, mean = choose_posterior(participants, keep=kept)
+        assert again == kept
+        np.testing.assert_allclose(mean, grid[kept][0], rtol=1e-8, atol=1e-10)
 
 
 # -------------------------------------------------------------------------------- server
@@ -403,13 +433,15 @@ def test_an_upload_by_digest_is_checked_at_the_boundary() -> None:
 def test_a_pooled_participant_refreshes_its_statistics_every_five_percent(monkeypatch) -> None:
     """Fresh statistics after every trial up to 21 observations, then once they have grown by
     5%; in between the last ones again, by digest, and the server reuses its posterior."""
-    pooled = []
+    pooled, chosen = [], []
 
-    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        pooled.append(1)
-        return select_posterior(*args, **kwargs)
+    def counted(statistics, keep=None):  # noqa: ANN001, ANN202
+        pooled.append(statistics[0][0].count)
+        if keep is None:
+            chosen.append(statistics[0][0].count)
+        return choose_posterior(statistics, keep=keep)
 
-    monkeypatch.setattr("optuna_fedbo.federation.fts.server.select_posterior", counted)
+    monkeypatch.setattr("optuna_fedbo.federation.fts.server.choose_posterior", counted)
     fed = _federation(n_clients=1, n_init=2)
     server = FederationServer(fed, discard_uploads=False)
     study = optuna.create_study(sampler=FedTransferSampler(fed, "c0", seed=0))
@@ -425,7 +457,9 @@ def test_a_pooled_participant_refreshes_its_statistics_every_five_percent(monkey
             np.testing.assert_array_equal(broadcast, previous)
         previous = broadcast
     assert fresh == [*range(1, 22), 23, 25, 27, 29]
-    assert len(pooled) == len(fresh)
+    assert pooled == fresh
+    # Block, noise and offsets chosen again only once the observations grew by 10%.
+    assert chosen == [*range(1, 12), 13, 15, 17, 19, 21, 25, 29]
 
 
 # --------------------------------------------------------------------------- participant

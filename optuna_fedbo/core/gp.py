@@ -189,6 +189,7 @@ class GaussianProcess:
             self._alpha = scipy.linalg.cho_solve(
                 (self._cholesky, True), self._targets, check_finite=False
             )
+        self._inverses: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def n_observations(self) -> int:
@@ -216,6 +217,21 @@ class GaussianProcess:
         a = np.atleast_2d(np.asarray(a, dtype=float))
         return self._kernel(a, a if b is None else np.atleast_2d(np.asarray(b, dtype=float)))
 
+    def _inverse_factors(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(L^-1, K^-1)`` of the Cholesky factor ``L`` of the kernel matrix ``K``, computed
+        once: each posterior at many points is then a matrix product, which a BLAS runs about
+        twice as fast as a triangular solve with as many right-hand sides (an acquisition
+        search scores about a thousand candidates and refines a few with ~20 gradients)."""
+        import scipy.linalg
+
+        if self._inverses is None:
+            with one_blas_thread():
+                factor = scipy.linalg.solve_triangular(
+                    self._cholesky, np.eye(len(self.X)), lower=True, check_finite=False
+                )
+                self._inverses = (factor, factor.T @ factor)
+        return self._inverses
+
     def standardized_posterior(
         self, X: np.ndarray, *, with_grads: bool = False
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
@@ -229,8 +245,6 @@ class GaussianProcess:
             ``(mean, variance, mean_grad, variance_grad)``: arrays of shape ``(m,)``, and
             ``(m, D)`` for the gradients (``None`` unless ``with_grads``).
         """
-        import scipy.linalg
-
         X = np.atleast_2d(np.asarray(X, dtype=float))
         signal = self.params.signal_variance
         with one_blas_thread():
@@ -238,13 +252,12 @@ class GaussianProcess:
             k = matern52(sq)
             k *= signal
             mean = k @ self._alpha
+            factor, inverse = self._inverse_factors()
             if not with_grads:
-                half = scipy.linalg.solve_triangular(
-                    self._cholesky, k.T, lower=True, check_finite=False
-                )
-                variance = np.maximum(signal - np.einsum("nm,nm->m", half, half), 0.0)
+                half = k @ factor.T
+                variance = np.maximum(signal - np.einsum("mn,mn->m", half, half), 0.0)
                 return mean, variance, None, None
-            solved = scipy.linalg.cho_solve((self._cholesky, True), k.T, check_finite=False).T
+            solved = k @ inverse
             variance = np.maximum(signal - np.einsum("mn,mn->m", k, solved), 0.0)
             # d k(x, x_i) / dx = sigma_f^2 Matern52'(r^2) 2 (x - x_i) / l^2, and
             # sum_i a_i (x - x_i) = x sum_i a_i - a^T X: no (m, n, D) tensor.
@@ -308,12 +321,7 @@ class GaussianProcess:
         Returns:
             ``(mean, std)`` of shape ``(n,)`` each; ``std`` includes the observation noise.
         """
-        import scipy.linalg
-
-        with one_blas_thread():
-            inverse = scipy.linalg.cho_solve(
-                (self._cholesky, True), np.eye(self.n_observations), check_finite=False
-            )
+        inverse = self._inverse_factors()[1]
         precision = np.maximum(np.diag(inverse), 1e-300)
         mean = self.y - self.scale * self._alpha / precision
         return mean, self.scale / np.sqrt(precision)

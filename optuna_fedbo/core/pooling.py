@@ -29,6 +29,7 @@ keeps the differences in level between sites, which locate good regions.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -319,11 +320,59 @@ class _PooledSums:
                 np.sum(np.log(np.diagonal(cholesky)))
             )
             quadratic = (self.square_sum - float(scaled_mean @ target)) / noise_variance
-            evidences.append(
-                -0.5 * (quadratic + log_det + self.count * math.log(2.0 * math.pi))
-            )
+            evidences.append(-0.5 * (quadratic + log_det + self.count * math.log(2.0 * math.pi)))
             means.append(scaled_mean if scales is None else scaled_mean * scales)
         return np.array(evidences), np.array(means)[:, : len(self.feature_target)]
+
+
+class PoolingChoice(NamedTuple):
+    """What :func:`choose_posterior` chose: feature block, noise variance, offset scale."""
+
+    block: int
+    noise_variance: float
+    offset_scale: float
+
+
+def choose_posterior(
+    participants: list[list[SufficientStatistics]],
+    *,
+    noise_variances: tuple[float, ...] = POOLING_NOISE_VARIANCES,
+    offset_scales: tuple[float, ...] = POOLING_OFFSET_SCALES,
+    keep: PoolingChoice | None = None,
+) -> tuple[PoolingChoice, np.ndarray]:
+    """The pooled posterior mean on the feature block, noise variance and offset scale of
+    largest evidence (or on those of ``keep``, without comparing).
+
+    Args:
+        participants: Each participant's statistics, one per feature block (all blocks of
+            the same values).
+        noise_variances: The noise variances to choose from.
+        offset_scales: The participants' offset scales to choose from
+            (:func:`pooled_posterior`).
+        keep: An earlier choice to use again (one posterior instead of 60).
+
+    Returns:
+        ``(choice, posterior mean)``.
+    """
+    if not participants:
+        raise ValueError("Nothing to pool.")
+    best: tuple[float, PoolingChoice, np.ndarray] | None = None
+    blocks = range(len(participants[0])) if keep is None else (keep.block,)
+    if keep is not None:
+        noise_variances, offset_scales = (keep.noise_variance,), (keep.offset_scale,)
+    # One BLAS limit for all the posteriors.
+    with one_blas_thread():
+        for index in blocks:
+            block = [statistics[index] for statistics in participants]
+            sums = _PooledSums(block, robust_weights(block))
+            for offset_scale in offset_scales:
+                evidences, means = sums.evidences(noise_variances, offset_scale)
+                k = int(np.argmax(evidences))
+                if best is None or evidences[k] > best[0]:
+                    choice = PoolingChoice(index, float(noise_variances[k]), float(offset_scale))
+                    best = (float(evidences[k]), choice, means[k])
+    assert best is not None
+    return best[1], best[2]
 
 
 def select_posterior(
@@ -332,39 +381,17 @@ def select_posterior(
     noise_variances: tuple[float, ...] = POOLING_NOISE_VARIANCES,
     offset_scales: tuple[float, ...] = POOLING_OFFSET_SCALES,
 ) -> tuple[int, np.ndarray]:
-    """The pooled posterior mean on the feature block, noise variance and offset scale of
-    largest evidence.
-
-    Args:
-        participants: Each participant's statistics, one per feature block (all blocks of
-            the same values).
-        noise_variances: The noise variances to choose from.
-        offset_scales: The participants' offset scales to choose from
-            (:func:`pooled_posterior`).
-
-    Returns:
-        ``(block index, posterior mean)``.
-    """
-    if not participants:
-        raise ValueError("Nothing to pool.")
-    best: tuple[float, int, np.ndarray] | None = None
-    # One BLAS limit for all the posteriors (each would set and restore it: about a tenth of
-    # a server round with 5 blocks x 12 choices).
-    with one_blas_thread():
-        for index in range(len(participants[0])):
-            block = [blocks[index] for blocks in participants]
-            sums = _PooledSums(block, robust_weights(block))
-            for offset_scale in offset_scales:
-                evidences, means = sums.evidences(noise_variances, offset_scale)
-                k = int(np.argmax(evidences))
-                if best is None or evidences[k] > best[0]:
-                    best = (float(evidences[k]), index, means[k])
-    assert best is not None
-    return best[1], best[2]
+    """``(block index, posterior mean)`` of :func:`choose_posterior`'s choice."""
+    choice, mean = choose_posterior(
+        participants, noise_variances=noise_variances, offset_scales=offset_scales
+    )
+    return choice.block, mean
 
 
 __all__ = [
     "POOLING_LENGTHSCALES",
+    "PoolingChoice",
+    "choose_posterior",
     "block_sizes",
     "pack",
     "pack_blocks",

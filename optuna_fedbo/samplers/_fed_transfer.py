@@ -55,7 +55,8 @@ class FedTransferSampler(FTSParticipant):
       broadcast, fitted at every trial up to 20 observations and from then on once they have
       grown by 10% (:func:`~optuna_fedbo.core.gp_fit.update_gp`; in between conditioned on the
       new data). The weight is computed again as often, or when a broadcast comes on another
-      feature block; in between each new broadcast enters with the last weight. Without a broadcast the GP has no prior mean.
+      feature block; in between each new broadcast enters with the last weight. Without a
+      broadcast the GP has no prior mean.
       When, over the latest ten trials, the participant's GP alone ordered each new value
       against the earlier ones better than the GP with the broadcast did (both predicting it
       before it was observed: :class:`~optuna_fedbo.core.transfer.OneStepRanking`), the trial

@@ -48,8 +48,10 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
+from optuna_fedbo.core.gp_fit import REFIT_GROWTH
 from optuna_fedbo.core.pooling import block_sizes
-from optuna_fedbo.core.pooling import select_posterior
+from optuna_fedbo.core.pooling import choose_posterior
+from optuna_fedbo.core.pooling import PoolingChoice
 from optuna_fedbo.core.pooling import unpack_blocks
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.core.weights import subregion_weights
@@ -127,6 +129,8 @@ class FTSServer(FederationServer):
         self._held: dict[str, tuple[str, np.ndarray, list[SufficientStatistics]]] = {}
         # (participants and digests, vectors, feature block) of the last pooled aggregation.
         self._last_pooled: tuple[tuple[tuple[str, str], ...], np.ndarray, int] | None = None
+        # The contributors, their observations and the pooling chosen for them, last chosen.
+        self._pooling: tuple[tuple[str, ...], int, PoolingChoice] | None = None
         self._last_published = -1
         self._withheld = -1  # the last round reported as withheld for want of contributors
         self._staged: Staged | None = None
@@ -379,7 +383,7 @@ class FTSServer(FederationServer):
             held = [self._held[u.client_id] for u in uploads]
             key = tuple((u.client_id, digest) for u, (digest, _, _) in zip(uploads, held))
             if self._last_pooled is None or self._last_pooled[0] != key:
-                block, mean = select_posterior([blocks for _, _, blocks in held])
+                block, mean = self._pool([blocks for _, _, blocks in held], key)
                 size = block_sizes(self._fts.n_features)[block]
                 self._last_pooled = (key, bounded(mean[None, :], size, round_index), block)
             return self._last_pooled[1], self._last_pooled[2]
@@ -390,6 +394,24 @@ class FTSServer(FederationServer):
         indices = np.array([self.federation.index_of(u.client_id) for u in uploads])
         weights = self._subregion_weights(round_index)
         return np.array(aggregate(omegas, indices, weights, mechanism=None).vectors), 0
+
+    def _pool(
+        self, statistics: list[list[SufficientStatistics]], key: tuple[tuple[str, str], ...]
+    ) -> tuple[int, np.ndarray]:
+        """The pooled posterior; block, noise and offsets chosen again (60 posteriors, most of
+        a round) only once the same contributors' observations have grown by 10% since the last
+        choice, as a participant refits its GP's hyperparameters."""
+        contributors = tuple(client for client, _ in key)
+        count = sum(blocks[0].count for blocks in statistics)
+        keep = None
+        if self._pooling is not None:
+            chosen_by, chosen_at, choice = self._pooling
+            if chosen_by == contributors and count < REFIT_GROWTH * chosen_at:
+                keep = choice
+        choice, mean = choose_posterior(statistics, keep=keep)
+        if keep is None:
+            self._pooling = (contributors, count, choice)
+        return choice.block, mean
 
     def _subregion_weights(self, round_index: int) -> np.ndarray:
         """DP-FTS-DE's softmax weights of round ``round_index`` over the ``N`` agents."""
