@@ -32,7 +32,9 @@ function's median over the cube (a site's median point has regret 1; a local opt
 off the global one about 0.04).
 
 Methods (``--methods``) also ``fed``: the default :class:`~optuna_fedbo.FedTransferSampler` in
-a federation of all the sites (:func:`~optuna_fedbo.simulation.simulate`, lock-step rounds).
+a federation of all the sites (:func:`~optuna_fedbo.simulation.simulate`, lock-step rounds);
+and ``pooled-gp``, the ceiling of sharing without privacy: every site's local GP fitted to all
+sites' trials so far (:func:`benchmarks.fts_value.pooled_gp_curves`).
 
 Reported per family: mean regret (over seeds x sites) at 5, 10, 20 and 30 trials; the ratio to
 GPSampler and to the best stock sampler; paired wins against GPSampler over the site-runs; the
@@ -66,6 +68,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.fts_value import _cache_file  # noqa: E402
 from benchmarks.fts_value import CACHE_DIR  # noqa: E402
 from benchmarks.fts_value import gp_problem  # noqa: E402
+from benchmarks.fts_value import pooled_gp_curves  # noqa: E402
 from benchmarks.fts_value import Problem  # noqa: E402
 from benchmarks.fts_value import regrets  # noqa: E402
 from benchmarks.fts_value import STOCK  # noqa: E402
@@ -238,6 +241,8 @@ def run_method(problem: Problem, name: str, seed: int, n_trials: int) -> np.ndar
             progress=False,
         )
         return np.array([true_values(s, n_trials) for s in result.studies])
+    if name == "pooled-gp":
+        return pooled_gp_curves(problem, n_trials, seed)
     rows = []
     for n, objective in enumerate(problem.objectives):
         if name == "fed_solo":
