@@ -40,7 +40,8 @@ seconds of one process): the federated FTS-family runs go through ``fts_lockstep
 bit ``simulate()``'s results, without its studies and storage): a DP-FTS-DE run at N = 200,
 T = 40 took 14-17 CPU s there, 181-182 s through ``simulate()`` (the same two runs, identical
 results); local TS (Optuna studies) 20-21 CPU s at N = 200; an N = 50 run about a quarter; the
-product defaults (a local GP per site) still go through ``simulate()``. The FTS family's 660
+paper's TS baseline (GP-TS on raw values, Fig. 7a; 2026-11-28) 36-38 CPU s at N = 50; the
+product defaults (a local GP per site) still go through ``simulate()``. The FTS family's 740
 runs: about 2-3 CPU hours. Fed-PNE, 600 runs: 0.1-4 s per Fed-PNE run, 20-40 s per HCT run at
 T = 5000 (PyXAB: ``pip install PyXAB==0.3.0``), about an hour. LDP-BO, 320 runs: 6 s per
 practical run, 3 s per paper run of a CTL(epsilon) setting, but 65 s per paper run with
