@@ -108,7 +108,7 @@ def paper_baseline(
         return text + (
             "So the reversal is that departure: against the paper's baseline FTS-DE wins as "
             "the paper says; our TS is the stronger baseline (it is given the functions' true "
-            "lengthscale, 0.03, where marginal likelihood on 10-50 points fits a longer one)"
+            "lengthscale, 0.03, which the GP fits from its 10-50 points)"
         )
     if de.mean_a > de.mean_b and de.p_two_sided < st.ALPHA:
         return text + (
@@ -166,9 +166,9 @@ def fig4_ablation(
     if rest.mean_a > rest.mean_b and rest.p_two_sided < st.ALPHA:
         return text + (
             f"With DP-FTS's noise DE is still worse ({rest.ratio:.2f}x DP-FTS): the larger "
-            "noise does not account for the whole reversal; equal weights also remove one of "
-            "DE's two components (Fig. 5), and at this N its sub-regions cost more than "
-            "they give under DP"
+            "noise does not account for the whole reversal, the rest is DE's own difference "
+            "under DP at this N (equal weights also remove one of DE's two components, "
+            "Fig. 5)"
         )
     verdict = "beats" if rest.mean_a < rest.mean_b else "ties with"
     return text + (
