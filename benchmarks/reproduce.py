@@ -41,7 +41,7 @@ bit ``simulate()``'s results, without its studies and storage): a DP-FTS-DE run 
 T = 40 took 14-17 CPU s there, 181-182 s through ``simulate()`` (the same two runs, identical
 results); local TS (Optuna studies) 20-21 CPU s at N = 200; an N = 50 run about a quarter; the
 paper's TS baseline (GP-TS on raw values, Fig. 7a; 2026-11-28) 36-38 CPU s at N = 50; the
-product defaults (a local GP per site) still go through ``simulate()``. The FTS family's 740
+product defaults (a local GP per site) still go through ``simulate()``. The FTS family's 760
 runs: about 2-3 CPU hours. Fed-PNE, 600 runs: 0.1-4 s per Fed-PNE run, 20-40 s per HCT run at
 T = 5000 (PyXAB: ``pip install PyXAB==0.3.0``), about an hour. LDP-BO, 320 runs: 6 s per
 practical run, 3 s per paper run of a CTL(epsilon) setting, but 65 s per paper run with
@@ -259,6 +259,7 @@ def fts_family_tasks(scale: Scale) -> list[Task]:
         (2, Problem("mixed", 0.7, scale.hetero_agents), Method("FTS-DE P=2", de)),
         (2, Problem("mixed", 0.7, scale.hetero_agents), GP_TS),
         (2, Problem("mixed", 1.0, scale.hetero_agents), Method("TS", None)),
+        (2, Problem("mixed", 1.0, scale.hetero_agents), GP_TS),
         (2, Problem("mixed", 1.0, scale.hetero_agents), Method("FTS-DE P=2, 1-p_t=1/sqrt(t)", de)),
         (
             2,
@@ -903,6 +904,7 @@ def dp_fts_de_section(report: Report, results: Results) -> None:
         m7["TS"],
         m7[GP_TS.label],
         np.mean([r["cpu_seconds"] for r in gp_records.values()]) if gp_records else None,
+        (m1[one_labels[1]], _metric(results.curves(one, GP_TS.label), False)),
     )
     if baseline_why:
         claim = "FTS-DE still beats TS"
