@@ -41,7 +41,7 @@ bit ``simulate()``'s results, without its studies and storage): a DP-FTS-DE run 
 T = 40 took 14-17 CPU s there, 181-182 s through ``simulate()`` (the same two runs, identical
 results); local TS (Optuna studies) 20-21 CPU s at N = 200; an N = 50 run about a quarter; the
 paper's TS baseline (GP-TS on raw values, Fig. 7a; 2026-11-28) 36-38 CPU s at N = 50; the
-product defaults (a local GP per site) still go through ``simulate()``. The FTS family's 760
+product defaults (a local GP per site) still go through ``simulate()``. The FTS family's 800
 runs: about 2-3 CPU hours. Fed-PNE, 600 runs: 0.1-4 s per Fed-PNE run, 20-40 s per HCT run at
 T = 5000 (PyXAB: ``pip install PyXAB==0.3.0``), about an hour. LDP-BO, 320 runs: 6 s per
 practical run, 3 s per paper run of a CTL(epsilon) setting, but 65 s per paper run with
@@ -196,13 +196,19 @@ GP_TS = Method("GP-TS (raw values)", None, local="gp")
 
 def fig4_ablations(de: FTSConfig, base: Privacy) -> list[Method]:
     """DP-FTS-DE with one of its two extra noise sources against DP-FTS removed: DP-FTS's S
-    (clip="fts"), equal weights (phi_max = 1/N in every round), and both."""
+    (clip="fts"), equal weights (phi_max = 1/N in every round), and both; then DP-FTS-DE and
+    DP-FTS with the noise all but off (z = 0.01: subsampling and clipping only)."""
     equal = replace(de, weight_hold_rounds=0, weight_decay_rounds=0)
     fts_clip = replace(base, clip="fts")
+    quiet = replace(base, z=0.01)
     return [
         Method("DP-FTS-DE q=0.25 z=1, DP-FTS's S", de, fts_clip),
         Method("DP-FTS-DE q=0.25 z=1, equal weights", equal, base),
         Method("DP-FTS-DE q=0.25 z=1, DP-FTS's S, equal weights", equal, fts_clip),
+        Method("DP-FTS-DE q=0.25 z=0.01", de, quiet),
+        Method(
+            "DP-FTS q=0.25 z=0.01", presets.modified_fts_synthetic(), replace(quiet, clip="fts")
+        ),
     ]
 
 
@@ -762,9 +768,10 @@ def dp_fts_de_section(report: Report, results: Results) -> None:
     fig4_why = rm.fig4_ablation(
         metric[dp],
         metric["DP-FTS q=0.25 z=1"],
-        *(metric[label] for label in ablations),
+        *(metric[label] for label in ablations[:3]),
         clips=(results.clips.get("de", np.nan), results.clips.get("fts", np.nan)),
         clipped=None if same_clip is None else {"same S": same_clip},
+        noise_off=(metric[ablations[3]], metric[ablations[4]]),
     )
     claim = "DP-FTS-DE beats DP-FTS at a similar clipped fraction"
     if fig4_why:
@@ -904,7 +911,7 @@ def dp_fts_de_section(report: Report, results: Results) -> None:
         m7["TS"],
         m7[GP_TS.label],
         np.mean([r["cpu_seconds"] for r in gp_records.values()]) if gp_records else None,
-        (m1[one_labels[1]], _metric(results.curves(one, GP_TS.label), False)),
+        (m1[one_labels[1]], _metric(results.curves(one, GP_TS.label), False), m1["TS"]),
     )
     if baseline_why:
         claim = "FTS-DE still beats TS"
