@@ -48,8 +48,8 @@ MEASURED = {
     ),
     ("Fig. 6 (same S)", "P=3 beats P=2 (smaller sub-regions are easier to model)"): (
         "the paper's own trade-off (Fig. 6 caption: a larger P clips more vectors): at the "
-        "same S = 11 our P = 3 clips 37% of the uploads (per sub-region S/sqrt(P)) against "
-        "1.4% at P = 2 (archived quick table), so the clipping cost outweighs the smaller "
+        "same S = 11 our P = 3 clips 38% of the uploads (per sub-region S/sqrt(P)) against "
+        "1.1% at P = 2 (the full scale's DP table), so the clipping cost outweighs the smaller "
         "sub-regions"
     ),
     ("Fig. 7a (alpha=0.7)", "FTS-DE still beats TS"): (
