@@ -17,7 +17,9 @@ local TS draws its 10 initial points from the whole domain. Participants standar
 (the library default) except in the "raw values" row, which shares the common ``[0, 1]`` scale of
 the functions: with per-agent standardization, agents that have only seen their own sub-region
 rescale it to their own mean and spread, which biases the comparison between sub-regions (more so
-with more sub-regions).
+with more sub-regions). :func:`run_gp_ts` is the papers' own TS baseline instead: a GP on raw
+values whose hyperparameters are fitted every 5 observations (``reproduce.py`` tests Fig. 7a's
+reversal against it).
 
 Expected (papers): on similar agents FTS-DE < FTS < TS in regret, and more sub-regions help; both
 DE components matter (equal weights, or initial points from the whole domain, are worse); on
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+import functools
 import os
 import time
 
@@ -135,6 +138,147 @@ def run_local_ts(
         study.optimize(make_objective(values, seed * 7_919 + n), n_trials=n_init + n_rounds)
         studies.append(study)
     return studies
+
+
+#: GP-TS on raw values as the papers' code runs it: hyperparameters (lengthscale, signal and
+#: noise variance) fitted by marginal likelihood with 10 starts whenever the number of
+#: observations is a multiple of this, and held in between.
+GP_REFIT_EVERY = 5
+GP_RESTARTS = 10
+#: The papers' code floors the fitted noise variance here before sampling.
+GP_MIN_NOISE = 1e-5
+#: Bounds of the fitted (signal variance, lengthscale, noise variance).
+GP_BOUNDS = ((1e-4, 1e2), (1e-3, 1e1), (GP_MIN_NOISE, 1e1))
+
+
+def _negative_log_likelihood(
+    log_theta: np.ndarray, squared: np.ndarray, y: np.ndarray
+) -> tuple[float, np.ndarray]:
+    """The SE GP's negative log marginal likelihood (zero mean) and its gradient in
+    ``log (signal variance, lengthscale, noise variance)``; ``squared``: squared distances."""
+    variance, lengthscale, noise = np.exp(log_theta)
+    shape = np.exp(-0.5 * squared / lengthscale**2)
+    try:
+        factor = np.linalg.cholesky(variance * shape + noise * np.eye(len(y)))
+    except np.linalg.LinAlgError:
+        return 1e25, np.zeros(3)
+    inverse = np.linalg.inv(factor)
+    alpha = inverse.T @ (inverse @ y)
+    value = 0.5 * y @ alpha + np.log(np.diag(factor)).sum() + 0.5 * len(y) * np.log(2 * np.pi)
+    weight = np.outer(alpha, alpha) - inverse.T @ inverse
+    derivatives = (variance * shape, variance * shape * squared / lengthscale**2)
+    gradient = [-0.5 * np.sum(weight * d) for d in derivatives]
+    gradient.append(-0.5 * noise * np.trace(weight))
+    return float(value), np.asarray(gradient)
+
+
+@functools.lru_cache(maxsize=4)
+def _grid_factors(grid: tuple[float, ...], lengthscale: float) -> tuple[np.ndarray, np.ndarray]:
+    """The unit-variance SE kernel on the grid and its Cholesky factor (jitter 1e-6): fits
+    that end at the same lengthscale (often a bound) share one factorization."""
+    x = np.asarray(grid)
+    shape = np.exp(-0.5 * (x[:, None] - x[None, :]) ** 2 / lengthscale**2)
+    return shape, np.linalg.cholesky(shape + 1e-6 * np.eye(len(x)))
+
+
+class GridGPThompson:
+    """GP Thompson sampling on the grid of ``[0, 1]``, on raw values (zero-mean prior).
+
+    An isotropic SE kernel whose hyperparameters are fitted by marginal likelihood (L-BFGS-B
+    within :data:`GP_BOUNDS` from ``GP_RESTARTS`` starts: the last fit's and, as GPy's
+    ``optimize_restarts`` draws them, softplus of standard normal draws) at the first
+    suggestion and whenever the number of observations is a multiple of ``GP_REFIT_EVERY``,
+    and held in between. Each round draws one posterior sample over the whole grid by
+    Matheron's rule (a prior sample from the grid's Cholesky factor, cached per
+    hyperparameter setting, corrected by the observations) and picks its argmax.
+
+    Args:
+        grid: The candidate inputs (1-D).
+        rng: Source of the prior samples, the observation-noise draws and the fits' starts.
+    """
+
+    def __init__(self, grid: np.ndarray, rng: np.random.Generator) -> None:
+        self.grid, self.rng = grid, rng
+        # GPy's starting point in the papers' code: variance 0.1, lengthscale 1, noise 1e-4.
+        self.theta = np.log([0.1, 1.0, 1e-4])
+        self.fit_sizes: list[int] = []  # observations at each hyperparameter fit
+        self._factors: tuple[np.ndarray, np.ndarray] | None = None  # (kernel, Cholesky)
+
+    def fit(self, x: np.ndarray, y: np.ndarray) -> None:
+        """Fit the hyperparameters to the observations and cache the grid's factors."""
+        from scipy.optimize import minimize
+
+        squared = (x[:, None] - x[None, :]) ** 2
+        bounds = np.log(GP_BOUNDS)
+        # GPy's randomize() for positive parameters: softplus of a standard normal draw.
+        starts = [self.theta] + [
+            np.clip(np.log(np.logaddexp(0.0, self.rng.standard_normal(3))), *bounds.T)
+            for _ in range(GP_RESTARTS - 1)
+        ]
+        fits = [
+            minimize(
+                _negative_log_likelihood,
+                start,
+                args=(squared, y),
+                jac=True,
+                method="L-BFGS-B",
+                bounds=bounds,
+            )
+            for start in starts
+        ]
+        self.theta = min(fits, key=lambda r: r.fun).x
+        self.fit_sizes.append(len(y))
+        variance, lengthscale, _ = np.exp(self.theta)
+        shape, factor = _grid_factors(tuple(self.grid), float(lengthscale))
+        self._factors = (variance * shape, np.sqrt(variance) * factor)
+
+    def suggest(self, indices: np.ndarray, y: np.ndarray) -> int:
+        """The grid index of a posterior sample's argmax, given the observed indices (refits
+        the hyperparameters first when :class:`GridGPThompson` says so)."""
+        if not self.fit_sizes or (len(y) % GP_REFIT_EVERY == 0 and self.fit_sizes[-1] != len(y)):
+            self.fit(self.grid[indices], y)
+        return int(np.argmax(self.sample(indices, y)))
+
+    def sample(self, indices: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """One posterior sample over the grid at the current hyperparameters (Matheron)."""
+        from scipy.linalg import cho_factor
+        from scipy.linalg import cho_solve
+
+        if self._factors is None:
+            raise RuntimeError("GridGPThompson.sample needs a fit first: call fit() or suggest().")
+        gram, factor = self._factors
+        noise_variance = max(GP_MIN_NOISE, float(np.exp(self.theta[2])))
+        prior = factor @ self.rng.standard_normal(len(self.grid))
+        noise = np.sqrt(noise_variance) * self.rng.standard_normal(len(y))
+        system = cho_factor(gram[np.ix_(indices, indices)] + noise_variance * np.eye(len(y)))
+        return prior + gram[:, indices] @ cho_solve(system, y - prior[indices] - noise)
+
+
+def run_gp_ts(
+    functions: np.ndarray, n_rounds: int, seed: int, n_init: int = N_INIT
+) -> list[list[float]]:
+    """GP-TS on raw values (:class:`GridGPThompson`) on every agent, no federation: ``n_init``
+    initial points uniform over the grid (``functions``' columns: equally spaced points of
+    ``[0, 1]``); returns each agent's noiseless values in order.
+
+    The observation noise of agent ``n`` is :func:`make_objective`'s stream (the same draws in
+    the same order as every other method's).
+    """
+    grid = np.linspace(0.0, 1.0, functions.shape[1])
+    f_values = []
+    for n, values in enumerate(functions):
+        rng = np.random.default_rng(seed * 100_003 + n)
+        noise = np.random.default_rng(seed * 7_919 + n)
+        model = GridGPThompson(grid, rng)
+        indices = [int(i) for i in rng.integers(0, len(grid), n_init)]
+        # make_objective's draws, one per evaluation in order (the same stream as one call).
+        noises = noise.normal(0.0, np.sqrt(NOISE_VARIANCE), n_init + n_rounds)
+        for _ in range(n_rounds):
+            observed = np.asarray(indices)
+            y = values[observed] + noises[: len(observed)]
+            indices.append(model.suggest(observed, y))
+        f_values.append([float(values[i]) for i in indices])
+    return f_values
 
 
 def run_federated(

@@ -40,7 +40,8 @@ seconds of one process): the federated FTS-family runs go through ``fts_lockstep
 bit ``simulate()``'s results, without its studies and storage): a DP-FTS-DE run at N = 200,
 T = 40 took 14-17 CPU s there, 181-182 s through ``simulate()`` (the same two runs, identical
 results); local TS (Optuna studies) 20-21 CPU s at N = 200; an N = 50 run about a quarter; the
-product defaults (a local GP per site) still go through ``simulate()``. The FTS family's 660
+paper's TS baseline (GP-TS on raw values, Fig. 7a; 2026-11-28) 36-38 CPU s at N = 50; the
+product defaults (a local GP per site) still go through ``simulate()``. The FTS family's 800
 runs: about 2-3 CPU hours. Fed-PNE, 600 runs: 0.1-4 s per Fed-PNE run, 20-40 s per HCT run at
 T = 5000 (PyXAB: ``pip install PyXAB==0.3.0``), about an hour. LDP-BO, 320 runs: 6 s per
 practical run, 3 s per paper run of a CTL(epsilon) setting, but 65 s per paper run with
@@ -65,6 +66,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
+from dataclasses import field  # noqa: E402
 from dataclasses import replace  # noqa: E402
 import logging  # noqa: E402
 import multiprocessing  # noqa: E402
@@ -84,6 +86,7 @@ import optuna  # noqa: E402
 import reproduce_fedpne as rf  # noqa: E402
 import reproduce_infra as infra  # noqa: E402
 import reproduce_ldp as rl  # noqa: E402
+import reproduce_measured as rm  # noqa: E402
 import reproduce_report as rr  # noqa: E402
 from reproduce_report import claim_key  # noqa: E402
 from reproduce_report import Report  # noqa: E402
@@ -163,9 +166,12 @@ class Privacy:
 @dataclass(frozen=True)
 class Method:
     label: str
-    protocol: FTSConfig | None  # None: local TS
+    protocol: FTSConfig | None  # None: a local baseline (``local``)
     privacy: Privacy | None = None
     n_init: int = fs.N_INIT
+    # "rff": RFF-TS on standardized values; "gp": GP-TS on raw values (fs.run_gp_ts). Out of
+    # repr, hence of the cache key, so that the existing keys stay; the label tells them apart.
+    local: str = field(default="rff", repr=False)
 
 
 @dataclass(frozen=True)
@@ -184,55 +190,26 @@ def _synthetic() -> FTSConfig:
     return presets.fts_de_synthetic()
 
 
-#: ``1 - p_t`` of Fig. 7b's schedules, by the label's suffix ("1-p_t=1/t").
-SCHEDULE_DECAYS = {
-    "1/sqrt(t)": lambda t: t**-0.5,
-    "1/t": lambda t: 1.0 / t,
-    "1/t^2": lambda t: t**-2.0,
-}
+#: The paper's TS baseline: a GP on raw values, hyperparameters fitted every 5 observations.
+GP_TS = Method("GP-TS (raw values)", None, local="gp")
 
 
-def _schedule_costs(metric: dict[str, dict[int, float]], labels: list[str], rounds: int) -> str:
-    """Fig. 7b measured: what each schedule of ``1 - p_t`` costs against TS on independent
-    agents, beside the rounds it follows the federation ('' without every run)."""
-    ts, *schedules = labels
-    parts, fast = [], []
-    for label in schedules:
-        decay = SCHEDULE_DECAYS[label.rsplit("=", 1)[1]]
-        seeds = sorted(set(metric[label]) & set(metric[ts]))
-        if len(seeds) < 2:
-            return ""
-        ours = st.compare([metric[label][s] for s in seeds], [metric[ts][s] for s in seeds])
-        rounds_followed = sum(decay(t) for t in range(1, rounds + 1))
-        parts.append(
-            f"1-p_t = {label.rsplit('=', 1)[1]}: {rounds_followed:.1f} rounds, "
-            f"{ours.ratio:.2f}x TS (two-sided p = {ours.p_two_sided:.2g})"
-        )
-        fast.append((rounds_followed, ours.ratio))
-    low, high = sorted(ratio for _, ratio in sorted(fast)[:2])  # the faster-decaying two
-    return (
-        "the paper's own mechanism, measured: on independent agents every round that follows "
-        f"the federation costs; expected rounds following it (sum of 1-p_t over {rounds} "
-        "rounds) and regret against TS: " + "; ".join(parts) + f". The two faster schedules "
-        f"cost {low - 1:.0%} and {high - 1:.0%} over TS; on {len(seeds)} functions the "
-        "two-sided test resolves a gap of that size, so 'comparable' (read off one function's "
-        "curves in the paper) holds or fails by which side of 0.05 its p-value falls"
-    )
-
-
-def _pulled_by_one(a: dict[int, float], b: dict[int, float]) -> str:
-    """How much of ``mean(a) - mean(b)`` one function makes ('' with fewer than 3 paired)."""
-    seeds = sorted(set(a) & set(b))
-    if len(seeds) < 3:
-        return ""
-    differences = {s: a[s] - b[s] for s in seeds}
-    worst = max(differences, key=differences.__getitem__)
-    rest = [s for s in seeds if s != worst]
-    return (
-        f"lower on {sum(d < 0 for d in differences.values())} of {len(seeds)} functions, its "
-        f"mean pulled by one (function {worst}: {a[worst]:.3g} vs {b[worst]:.3g}); without it "
-        f"{np.mean([a[s] for s in rest]):.4g} vs {np.mean([b[s] for s in rest]):.4g}"
-    )
+def fig4_ablations(de: FTSConfig, base: Privacy) -> list[Method]:
+    """DP-FTS-DE with one of its two extra noise sources against DP-FTS removed: DP-FTS's S
+    (clip="fts"), equal weights (phi_max = 1/N in every round), and both; then DP-FTS-DE and
+    DP-FTS with the noise all but off (z = 0.01: subsampling and clipping only)."""
+    equal = replace(de, weight_hold_rounds=0, weight_decay_rounds=0)
+    fts_clip = replace(base, clip="fts")
+    quiet = replace(base, z=0.01)
+    return [
+        Method("DP-FTS-DE q=0.25 z=1, DP-FTS's S", de, fts_clip),
+        Method("DP-FTS-DE q=0.25 z=1, equal weights", equal, base),
+        Method("DP-FTS-DE q=0.25 z=1, DP-FTS's S, equal weights", equal, fts_clip),
+        Method("DP-FTS-DE q=0.25 z=0.01", de, quiet),
+        Method(
+            "DP-FTS q=0.25 z=0.01", presets.modified_fts_synthetic(), replace(quiet, clip="fts")
+        ),
+    ]
 
 
 def fts_family_tasks(scale: Scale) -> list[Task]:
@@ -286,7 +263,9 @@ def fts_family_tasks(scale: Scale) -> list[Task]:
         # Fig. 7 (heterogeneous agents), FTS Fig. 1.
         (2, Problem("mixed", 0.7, scale.hetero_agents), Method("TS", None)),
         (2, Problem("mixed", 0.7, scale.hetero_agents), Method("FTS-DE P=2", de)),
+        (2, Problem("mixed", 0.7, scale.hetero_agents), GP_TS),
         (2, Problem("mixed", 1.0, scale.hetero_agents), Method("TS", None)),
+        (2, Problem("mixed", 1.0, scale.hetero_agents), GP_TS),
         (2, Problem("mixed", 1.0, scale.hetero_agents), Method("FTS-DE P=2, 1-p_t=1/sqrt(t)", de)),
         (
             2,
@@ -336,6 +315,8 @@ def fts_family_tasks(scale: Scale) -> list[Task]:
             ),
         ),
         (3, similar, Method("FTS-DE P=3", replace(de, n_subregions=3))),
+        # Fig. 4's reversal by ablation: DE with DP-FTS's S, with equal weights, with both.
+        *[(3, similar, method) for method in fig4_ablations(de, base)],
     ]
     return [
         Task(tier, problem, method, seed)
@@ -405,7 +386,9 @@ def run_task(task: Task, scale: Scale, clips: dict[str, float]) -> dict[str, Any
     start, cpu_start = time.perf_counter(), time.process_time()
     method = task.method
     record: dict[str, Any] = {}
-    if method.protocol is None:
+    if method.protocol is None and method.local == "gp":
+        f_values = fs.run_gp_ts(functions, scale.rounds, task.seed, n_init=method.n_init)
+    elif method.protocol is None:
         studies = fs.run_local_ts(functions, scale.rounds, task.seed, n_init=method.n_init)
         f_values = fs.f_values_of(studies)
     else:
@@ -558,6 +541,13 @@ def _curve_arrays(results: Results, problem: Problem, labels: list[str]) -> dict
     return out
 
 
+def _clipped_percent(records: dict[int, dict[str, Any]]) -> float | None:
+    """Percent of the uploads the runs' clip norm clipped (``None``: no DP runs)."""
+    contributed = sum(r.get("contributed", 0) for r in records.values())
+    clipped = sum(r.get("clipped", 0) for r in records.values())
+    return 100 * clipped / contributed if contributed else None
+
+
 def _method_table(results: Results, problem: Problem, labels: list[str]) -> str:
     rows = []
     for label in labels:
@@ -566,15 +556,14 @@ def _method_table(results: Results, problem: Problem, labels: list[str]) -> str:
             rows.append([label, "not run", "", "", ""])
             continue
         curves = infra.Timed.of(records, lambda r: np.asarray(r["curve"]))
-        clipped = sum(r.get("clipped", 0) for r in records.values())
-        contributed = sum(r.get("contributed", 0) for r in records.values())
+        clipped = _clipped_percent(records)
         rows.append(
             [
                 label,
                 len(curves),
                 st.cell(list(_metric(curves, final=False).values())),
                 st.cell(list(_metric(curves, final=True).values())),
-                f"{100 * clipped / contributed:.2f}%" if contributed else "-",
+                "-" if clipped is None else f"{clipped:.2f}%",
             ]
         )
     return st.markdown_table(
@@ -601,8 +590,9 @@ def dp_fts_de_section(report: Report, results: Results) -> None:
         f"sub-region): N = {scale.agents} similar agents (the paper: 200), "
         f"{scale.rounds} BO rounds, {scale.functions} seed functions. Metric: simple regret "
         "averaged over agents, then over t = 1..T (or at t = T), per function; ± is the "
-        "standard error over functions. Local TS standardizes its values (RFFThompsonSampler), "
-        "the paper's TS is a GP on raw values.\n",
+        "standard error over functions. Local TS standardizes its values (RFFThompsonSampler, "
+        "the functions' lengthscale 0.03), the paper's TS is a GP on raw values with fitted "
+        "hyperparameters (`GP-TS (raw values)`, run on Fig. 7's problems).\n",
         f"Clip norms chosen the paper's way (so that {100 * CLIPPED_FRACTION:.1f}% of a "
         f"non-private pilot run's uploads are clipped, pilot on {scale.pilot_functions} "
         "function(s) not evaluated): "
@@ -773,10 +763,23 @@ def dp_fts_de_section(report: Report, results: Results) -> None:
         final["DP-FTS-DE q=0.15 z=1"],
         final["TS"],
     )
+    ablations = [m.label for m in fig4_ablations(_synthetic(), Privacy(0.25, 1.0))]
+    same_clip = _clipped_percent(results.records(similar, ablations[0]))
+    fig4_why = rm.fig4_ablation(
+        metric[dp],
+        metric["DP-FTS q=0.25 z=1"],
+        *(metric[label] for label in ablations[:3]),
+        clips=(results.clips.get("de", np.nan), results.clips.get("fts", np.nan)),
+        clipped=None if same_clip is None else {"same S": same_clip},
+        noise_off=(metric[ablations[3]], metric[ablations[4]]),
+    )
+    claim = "DP-FTS-DE beats DP-FTS at a similar clipped fraction"
+    if fig4_why:
+        report.measured[("Fig. 4", claim)] = fig4_why
     report.ordering(
         paper,
         f"Fig. 4 (N={scale.agents})",
-        "DP-FTS-DE beats DP-FTS at a similar clipped fraction",
+        claim,
         "DE below (S=11 vs S=8; 0.80% vs 0.31% clipped)",
         metric[dp],
         metric["DP-FTS q=0.25 z=1"],
@@ -847,6 +850,7 @@ def dp_fts_de_section(report: Report, results: Results) -> None:
         *s_labels[3:],
         *p_labels[1:],
         "DP-FTS-DE q=0.25 z=1, non-adaptive weights",
+        *ablations,
     ]
     text.append(_method_table(results, similar, dp_labels))
     fig, axes = _figure(3)
@@ -873,8 +877,8 @@ def dp_fts_de_section(report: Report, results: Results) -> None:
     fig, axes = _figure(3)
     st.plot_curves(
         axes[0],
-        _curve_arrays(results, similar, ["TS", "DP-FTS q=0.25 z=1", dp]),
-        title="Fig. 4: DP-FTS vs DP-FTS-DE",
+        _curve_arrays(results, similar, ["TS", "DP-FTS q=0.25 z=1", dp, *ablations]),
+        title="Fig. 4: DP-FTS vs DP-FTS-DE (and ablations)",
     )
     st.plot_curves(
         axes[1], _curve_arrays(results, similar, ["TS", *p_labels]), title="Fig. 6: P at fixed S"
@@ -891,7 +895,8 @@ def dp_fts_de_section(report: Report, results: Results) -> None:
     text.append("### Heterogeneous agents: Fig. 7\n")
     seven = Problem("mixed", 0.7, scale.hetero_agents)
     one = Problem("mixed", 1.0, scale.hetero_agents)
-    m7 = {label: _metric(results.curves(seven, label), False) for label in ("TS", "FTS-DE P=2")}
+    seven_labels = ["TS", GP_TS.label, "FTS-DE P=2"]
+    m7 = {label: _metric(results.curves(seven, label), False) for label in seven_labels}
     one_labels = [
         "TS",
         "FTS-DE P=2, 1-p_t=1/sqrt(t)",
@@ -900,6 +905,19 @@ def dp_fts_de_section(report: Report, results: Results) -> None:
     ]
     m1 = {label: _metric(results.curves(one, label), False) for label in one_labels}
     where = f"Fig. 7a (alpha=0.7, N={scale.hetero_agents})"
+    gp_records = results.records(seven, GP_TS.label)
+    baseline_why = rm.paper_baseline(
+        m7["FTS-DE P=2"],
+        m7["TS"],
+        m7[GP_TS.label],
+        np.mean([r["cpu_seconds"] for r in gp_records.values()]) if gp_records else None,
+        (m1[one_labels[1]], _metric(results.curves(one, GP_TS.label), False), m1["TS"]),
+    )
+    if baseline_why:
+        claim = "FTS-DE still beats TS"
+        report.measured[(claim_key(paper, where, claim)[1], claim)] = (
+            rr.FIG7A_CHECKED + "; " + baseline_why
+        )
     report.ordering(paper, where, "FTS-DE still beats TS", "below TS", m7["FTS-DE P=2"], m7["TS"])
     where = f"Fig. 7b (alpha=1, N={scale.hetero_agents})"
     report.ordering(
@@ -910,7 +928,7 @@ def dp_fts_de_section(report: Report, results: Results) -> None:
         m1["TS"],
         m1[one_labels[1]],
     )
-    schedules_why = _schedule_costs(m1, one_labels, scale.rounds)
+    schedules_why = rm.schedule_costs(m1, one_labels, scale.rounds)
     for claim in ("a faster-decaying 1-p_t (1/t^2) is comparable with TS",
                   "(1-p_t = 1/t) is comparable with TS"):  # fmt: skip
         if schedules_why:
@@ -932,15 +950,15 @@ def dp_fts_de_section(report: Report, results: Results) -> None:
         m1["TS"],
     )
     text.append(f"alpha = 0.7 (N = {scale.hetero_agents}):\n")
-    text.append(_method_table(results, seven, ["TS", "FTS-DE P=2"]))
+    text.append(_method_table(results, seven, seven_labels))
     text.append(f"alpha = 1, independent agents (N = {scale.hetero_agents}):\n")
-    text.append(_method_table(results, one, one_labels))
+    text.append(_method_table(results, one, [*one_labels, GP_TS.label]))
     fig, axes = _figure(2)
+    st.plot_curves(axes[0], _curve_arrays(results, seven, seven_labels), title="alpha = 0.7")
     st.plot_curves(
-        axes[0], _curve_arrays(results, seven, ["TS", "FTS-DE P=2"]), title="alpha = 0.7"
-    )
-    st.plot_curves(
-        axes[1], _curve_arrays(results, one, one_labels), title="alpha = 1 (independent)"
+        axes[1],
+        _curve_arrays(results, one, [*one_labels, GP_TS.label]),
+        title="alpha = 1 (independent)",
     )
     text.append(_save(fig, "dp_fts_de_fig7.png") + "\n")
 
@@ -960,7 +978,7 @@ def dp_fts_de_section(report: Report, results: Results) -> None:
         "FTS-DE P=2, product defaults",
     ]
     text.append(_method_table(results, similar, compare_labels))
-    why = _pulled_by_one(metric[compare_labels[2]], metric["FTS-DE P=2"])
+    why = rm.pulled_by_one(metric[compare_labels[2]], metric["FTS-DE P=2"])
     if why:
         claim = f"'{compare_labels[2]}' beats the paper preset (FTS-DE P=2)"
         report.measured[("preset vs defaults", claim)] = (
