@@ -117,27 +117,18 @@ def test_fig4_ablation_says_when_the_noise_leaves_part_of_the_reversal() -> None
 def test_fig4_ablation_with_the_noise_off_tells_noise_from_subsampling() -> None:
     # Ties with DP-FTS-DE and with DP-FTS alike (paired differences of both signs).
     level = {s: 0.04 + 0.001 * s + (0.01 if s % 2 else -0.008) for s in SEEDS}
-    trails = rm.fig4_ablation(
-        _values(0.04),
-        _values(0.036),
-        level,
-        level,
-        level,
-        clips=(11.17, 7.88),
-        noise_off=(_values(0.02), _values(0.01)),
-    )
+
+    def ablation(noise_off: tuple[dict[int, float], dict[int, float]]) -> str:
+        return rm.fig4_ablation(
+            _values(0.04), _values(0.036), level, level, level,
+            clips=(11.17, 7.88), noise_off=noise_off,
+        )  # fmt: skip
+
+    trails = ablation((_values(0.02), _values(0.01)))
     assert "No ablation moves DP-FTS-DE significantly" in trails
     assert "DP-FTS-DE 0.0245 vs DP-FTS 0.0145, 0/10 wins, two-sided p = 0.002" in trails
     assert "the reversal comes from subsampling and clipping" in trails
-    wins = rm.fig4_ablation(
-        _values(0.04),
-        _values(0.036),
-        level,
-        level,
-        level,
-        clips=(11.17, 7.88),
-        noise_off=(_values(0.01), _values(0.02)),
-    )
+    wins = ablation((_values(0.01), _values(0.02)))
     assert "without the noise DE wins, as without DP (Fig. 2a), so the reversal is the" in wins
     # z = 1 adds 0.0445 - 0.0145 = 0.03 to DE's regret, 0.0405 - 0.0245 = 0.016 to DP-FTS's.
     assert "(z = 1 adds 0.03 to DE's regret, 0.016 to DP-FTS's)" in wins
