@@ -108,6 +108,23 @@ def test_a_site_that_leaves_out_a_federation_parameter_is_told_by_name(propagate
     assert "did not suggest 'y'" in end and "initial design" not in end
 
 
+def test_a_lone_site_is_told_its_broadcasts_held_only_its_own_trials(propagate, caplog) -> None:
+    # A one-site federation publishes every round, but each holds only the site's own data,
+    # which the participant leaves out: the end-of-study warning says that, not "too slow".
+    fed = _fts()
+    server = fb.FederationServer(fed)
+    sampler = fb.FedSampler(fed, client_id="a", seed=0, n_candidates=32, n_refinements=0)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    with caplog.at_level(logging.WARNING):
+        study.optimize(_objective, n_trials=6, callbacks=[lambda *_: server.step(force=True)])
+        sampler.finish()
+    assert fed.latest_broadcast() is not None
+    assert sampler.counts.federated == 0 and sampler.counts.local > 0
+    (end,) = _warnings(caplog, "no broadcast of federation")
+    assert "had this participant as its only contributor" in end
+    assert "published in time" not in end
+
+
 def test_an_extra_parameter_is_warned_about_once(propagate, caplog) -> None:
     fed = _fts()
     sampler = fb.FedSampler(fed, client_id="a", seed=0, n_candidates=32, n_refinements=0)

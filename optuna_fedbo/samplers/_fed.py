@@ -381,6 +381,13 @@ class FedSampler(FallbackSampler):
             why = missing
         elif counts.local == 0:
             why = "it ended during its initial design, before any broadcast could be used"
+        elif self._only_own_broadcasts():
+            why = (
+                "every broadcast it could use had this participant as its only contributor, and "
+                "a broadcast of its own trials would only count them twice (no other site's "
+                "upload reached those rounds: a one-site federation, or the other sites not "
+                "running)"
+            )
         elif reasons:
             why = "; ".join(reasons)
         else:
@@ -394,6 +401,11 @@ class FedSampler(FallbackSampler):
             f"{self.federation.name!r} was used, so this participant ran as plain local "
             f"optimization. Why: {why}."
         )
+
+    def _only_own_broadcasts(self) -> bool:
+        """Whether broadcasts came but each was left out for holding only this participant's
+        own data (subclasses that leave such broadcasts out say so)."""
+        return False
 
     def _abandon(self) -> None:
         """Mark this participant lost at once: its process ends without finishing its study."""

@@ -111,6 +111,8 @@ class FedTransferSampler(FTSParticipant):
         self._own_gp_fit: GPFitState | None = None
         # (observation count, feature block, weight) of the broadcast's last weighing.
         self._transfer_weight: tuple[int, int, float] | None = None
+        # Whether a broadcast was left out for holding only the participant's own data.
+        self._left_out_own = False
         # One-step-ahead scores of the own GP against the GP with the broadcast, and the two
         # predictions of each running transfer trial (own, transfer, normalization, values).
         self._predictions: dict[int, tuple[float, float, tuple[float, float], np.ndarray]] = {}
@@ -140,6 +142,9 @@ class FedTransferSampler(FTSParticipant):
         with self._lock:
             return self._uploads.only_own(broadcast.round, broadcast.n_contributors)
 
+    def _only_own_broadcasts(self) -> bool:
+        return self._left_out_own
+
     def _bo_step(self, study: Study, trial: FrozenTrial, n_observed: int) -> dict[str, Any]:
         """Expected improvement on the local GP whose prior mean is the weighted broadcast.
 
@@ -155,7 +160,7 @@ class FedTransferSampler(FTSParticipant):
         """
         broadcast = self._usable_broadcast()
         if broadcast is not None and self._only_own(broadcast):
-            broadcast = None
+            broadcast, self._left_out_own = None, True
         function = None if broadcast is None else self._broadcast_function(broadcast)
         # The feature map the broadcast function is on: one of those kept for the observations.
         block = 0 if function is None else self._feature_maps.index(function.feature_map)
