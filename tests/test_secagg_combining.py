@@ -1,0 +1,87 @@
+"""The server's Shamir combinations in a pool of worker processes (``combine_seeds``): the same
+seeds, in order, as pycryptodome's ``Shamir.combine`` one by one, and the same unmasked sum."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from optuna_fedbo.core.secagg import sharing
+from optuna_fedbo.core.secagg.local import run_local_round
+from optuna_fedbo.core.secagg.ring import encode
+from optuna_fedbo.core.secagg.ring import plan_ring
+from optuna_fedbo.core.secagg.setup import RoundSetup
+from optuna_fedbo.core.secagg.sharing import combine_seeds
+from optuna_fedbo.core.secagg.sharing import pool_size
+from optuna_fedbo.core.secagg.sharing import split_seed
+
+linux_only = pytest.mark.skipif(pool_size(64, 2) < 2, reason="worker processes are forked")
+
+
+class _Spy:
+    """Records the pools opened (their worker counts) around the real executor."""
+
+    def __init__(self, real: type) -> None:
+        self.real = real
+        self.workers: list[int] = []
+
+    def __call__(self, workers: int, **kwargs: object) -> object:
+        self.workers.append(workers)
+        return self.real(workers, **kwargs)
+
+
+def _jobs(count: int, seed: int = 0) -> tuple[list[bytes], list[dict[int, bytes]]]:
+    rng = np.random.default_rng(seed)
+    secrets = [rng.bytes(16) for _ in range(count)]
+    jobs = []
+    for secret in secrets:
+        shares = split_seed(secret, 3, 5)
+        jobs.append({i + 1: shares[i] for i in (4, 1, 2)})  # any three, out of order
+    return secrets, jobs
+
+
+@linux_only
+def test_a_pool_rebuilds_every_seed_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    spy = _Spy(sharing.ProcessPoolExecutor)
+    monkeypatch.setattr(sharing, "ProcessPoolExecutor", spy)
+    secrets, jobs = _jobs(40)
+    assert combine_seeds(jobs, workers=2) == secrets
+    assert spy.workers == [2]
+    assert combine_seeds(jobs[:31], workers=2) == secrets[:31]  # too few jobs for two workers
+    assert spy.workers == [2]
+
+
+def test_the_pool_size_is_bounded_by_cores_and_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sharing.sys, "platform", "linux")
+    assert pool_size(200, 2) == 2
+    assert pool_size(200, 64) == 200 // 16
+    assert pool_size(31, 2) == 1
+    assert pool_size(200, 1) == 1
+    monkeypatch.setattr(sharing.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    assert pool_size(200) == 3
+    monkeypatch.setattr(sharing.sys, "platform", "win32")
+    assert pool_size(200, 8) == 1
+
+
+@linux_only
+def test_a_secagg_plus_round_unmasks_the_same_sum_with_a_pool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spy = _Spy(sharing.ProcessPoolExecutor)
+    monkeypatch.setattr(sharing, "ProcessPoolExecutor", spy)
+    ids = tuple(f"p{i:02d}" for i in range(36))
+    ring = plan_ring(n_inputs=len(ids), bound=1.0, step=1e-4, dimension=5)
+    setup = RoundSetup("fed", 3, ids, 19, ring, degree=4)
+    rng = np.random.default_rng(7)
+    values = {p: rng.uniform(-1, 1, ring.dimension) for p in ids}
+    dropped = ("p03", "p20")
+    result = run_local_round(
+        setup,
+        {p: encode(v, ring) for p, v in values.items()},
+        drop_after=dict.fromkeys(dropped, "share_keys"),
+        workers=2,
+    ).result
+    assert spy.workers == [2]  # 34 self-mask seeds and 2 mask-key seeds
+    assert result.recovered == dropped
+    plain = sum(values[p] for p in ids if p not in dropped)
+    assert np.max(np.abs(result.values - plain)) <= len(ids) * ring.step / 2 + 1e-12
