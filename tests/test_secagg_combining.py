@@ -51,6 +51,21 @@ def test_a_pool_rebuilds_every_seed_in_order(monkeypatch: pytest.MonkeyPatch) ->
     assert spy.workers == [2]
 
 
+@pytest.mark.parametrize("error", (OSError("no fork"), sharing.BrokenProcessPool("killed")))
+def test_a_pool_that_fails_leaves_the_combinations_to_this_process(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, error: Exception
+) -> None:
+    def failing(workers: int, **kwargs: object) -> object:
+        raise error
+
+    monkeypatch.setattr(sharing, "ProcessPoolExecutor", failing)
+    monkeypatch.setattr(sharing, "pool_size", lambda jobs, workers=None: 2)
+    secrets, jobs = _jobs(8, seed=1)
+    with caplog.at_level("WARNING", logger=sharing.__name__):
+        assert combine_seeds(jobs, workers=2) == secrets
+    assert "in this process" in caplog.text
+
+
 def test_the_pool_size_is_bounded_by_cores_and_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sharing.sys, "platform", "linux")
     assert pool_size(200, 2) == 2

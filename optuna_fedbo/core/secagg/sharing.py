@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 import gc
+import logging
 import multiprocessing
 import os
 import sys
@@ -28,6 +30,8 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from optuna_fedbo.core.secagg.masks import agree
 from optuna_fedbo.core.secagg.masks import hkdf
 from optuna_fedbo.core.secagg.setup import RoundSetup
+
+_logger = logging.getLogger(__name__)
 
 SEED_BYTES = 16
 _NONCE_BYTES = 12
@@ -64,7 +68,8 @@ def combine_seeds(jobs: Sequence[dict[int, bytes]], *, workers: int | None = Non
     The combinations are independent calls of ``Shamir.combine``; with :func:`pool_size` above
     1 they run in forked worker processes that hold no secret but their jobs' shares and run
     nothing else (their garbage collector is off, so no object inherited from this process,
-    such as a storage connection, is finalised in them).
+    such as a storage connection, is finalised in them). A pool that cannot start or loses a
+    worker is logged and the combinations run in this process.
     """
     ordered = [sorted(job.items()) for job in jobs]
     count = pool_size(len(ordered), workers)
@@ -72,8 +77,12 @@ def combine_seeds(jobs: Sequence[dict[int, bytes]], *, workers: int | None = Non
         return [Shamir.combine(shares) for shares in ordered]
     context = multiprocessing.get_context("fork")
     chunk = -(-len(ordered) // (4 * count))
-    with ProcessPoolExecutor(count, mp_context=context, initializer=gc.disable) as pool:
-        return list(pool.map(Shamir.combine, ordered, chunksize=chunk))
+    try:
+        with ProcessPoolExecutor(count, mp_context=context, initializer=gc.disable) as pool:
+            return list(pool.map(Shamir.combine, ordered, chunksize=chunk))
+    except (OSError, BrokenProcessPool) as error:
+        _logger.warning(f"Combining the Shamir shares in this process ({error!r}).")
+        return [Shamir.combine(shares) for shares in ordered]
 
 
 def _channel(
