@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import test_secagg_federation as base
+from test_secagg_federation import _federation
+from test_secagg_federation import _Round
 
 from optuna_fedbo.core.secagg import sharing
 from optuna_fedbo.core.secagg.local import run_local_round
@@ -14,7 +17,9 @@ from optuna_fedbo.core.secagg.setup import RoundSetup
 from optuna_fedbo.core.secagg.sharing import combine_seeds
 from optuna_fedbo.core.secagg.sharing import pool_size
 from optuna_fedbo.core.secagg.sharing import split_seed
+from optuna_fedbo.federation import FederationServer
 
+capture_sum = base.capture_sum  # the fixture that keeps the unmasked sums
 linux_only = pytest.mark.skipif(pool_size(64, 2) < 2, reason="worker processes are forked")
 
 
@@ -100,3 +105,25 @@ def test_a_secagg_plus_round_unmasks_the_same_sum_with_a_pool(
     assert result.recovered == dropped
     plain = sum(values[p] for p in ids if p not in dropped)
     assert np.max(np.abs(result.values - plain)) <= len(ids) * ring.step / 2 + 1e-12
+
+
+@linux_only
+def test_a_federation_round_unmasks_with_a_pool(
+    monkeypatch: pytest.MonkeyPatch, capture_sum
+) -> None:
+    # The server's process runs the federation; its forked workers only combine shares.
+    monkeypatch.setattr(sharing, "_PER_WORKER", 1)
+    monkeypatch.setattr(sharing.os, "sched_getaffinity", lambda pid: {0, 1})
+    spy = _Spy(sharing.ProcessPoolExecutor)
+    monkeypatch.setattr(sharing, "ProcessPoolExecutor", spy)
+    fed = _federation(n_clients=4)
+    driven = _Round(fed, FederationServer(fed))
+    inputs = driven.upload([f"c{i}" for i in range(4)])
+    report = driven.run(drop_after={"c2": 2})  # c2 drops after sharing keys
+    assert report is not None and report.published
+    assert report.n_contributors == 3 and report.n_recovered == 1
+    assert spy.workers == [2]  # 3 self-mask seeds and 1 mask-key seed
+    plain = sum(v for c, v in inputs.items() if c != "c2")
+    step = fed.secure_aggregation.step
+    assert np.max(np.abs(capture_sum[0] - plain)) <= 3 * step / 2 + 1e-9
+    assert fed.latest_broadcast().round == 0
