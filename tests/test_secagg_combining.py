@@ -3,6 +3,8 @@ seeds, in order, as pycryptodome's ``Shamir.combine`` one by one, and the same u
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 import test_secagg_federation as base
@@ -29,9 +31,11 @@ class _Spy:
     def __init__(self, real: type) -> None:
         self.real = real
         self.workers: list[int] = []
+        self.options: list[dict] = []
 
     def __call__(self, workers: int, **kwargs: object) -> object:
         self.workers.append(workers)
+        self.options.append(kwargs)
         return self.real(workers, **kwargs)
 
 
@@ -49,9 +53,15 @@ def _jobs(count: int, seed: int = 0) -> tuple[list[bytes], list[dict[int, bytes]
 def test_a_pool_rebuilds_every_seed_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
     spy = _Spy(sharing.ProcessPoolExecutor)
     monkeypatch.setattr(sharing, "ProcessPoolExecutor", spy)
+    monkeypatch.setattr(sharing.os, "sched_getaffinity", lambda pid: {0, 1, 2})
     secrets, jobs = _jobs(40)
     assert combine_seeds(jobs, workers=2) == secrets
-    assert spy.workers == [2]
+    assert spy.workers == [2]  # as asked, not the three usable cores
+    # Forked (whatever the platform's default), and no garbage collection in the workers: an
+    # object inherited from the server's process (a storage connection) is never finalised there.
+    (options,) = spy.options
+    assert options["mp_context"].get_start_method() == "fork"
+    assert options["initializer"] is gc.disable
     assert combine_seeds(jobs[:31], workers=2) == secrets[:31]  # too few jobs for two workers
     assert spy.workers == [2]
 
@@ -89,6 +99,7 @@ def test_a_secagg_plus_round_unmasks_the_same_sum_with_a_pool(
 ) -> None:
     spy = _Spy(sharing.ProcessPoolExecutor)
     monkeypatch.setattr(sharing, "ProcessPoolExecutor", spy)
+    monkeypatch.setattr(sharing.os, "sched_getaffinity", lambda pid: set(range(8)))
     ids = tuple(f"p{i:02d}" for i in range(36))
     ring = plan_ring(n_inputs=len(ids), bound=1.0, step=1e-4, dimension=5)
     setup = RoundSetup("fed", 3, ids, 19, ring, degree=4)
@@ -101,7 +112,7 @@ def test_a_secagg_plus_round_unmasks_the_same_sum_with_a_pool(
         drop_after=dict.fromkeys(dropped, "share_keys"),
         workers=2,
     ).result
-    assert spy.workers == [2]  # 34 self-mask seeds and 2 mask-key seeds
+    assert spy.workers == [2]  # as the server was told (34 self-mask seeds, 2 mask-key seeds)
     assert result.recovered == dropped
     plain = sum(values[p] for p in ids if p not in dropped)
     assert np.max(np.abs(result.values - plain)) <= len(ids) * ring.step / 2 + 1e-12

@@ -85,12 +85,12 @@ class SecAggServer:
     def __init__(self, setup: RoundSetup, *, verify: Verifier, workers: int | None = None) -> None:
         self.setup = setup
         self._verify = verify
-        self._workers = workers
         self._step = 0
         self._failed: str | None = None
         self._received: dict[str, dict[str, Message]] = {step: {} for step in _EXPECTS}
         self._dropped: tuple[str, ...] = ()
         self._keys = b""  # the digest of this run's key directory
+        self._workers = workers
 
     @property
     def step(self) -> str:

@@ -47,11 +47,6 @@ def split_seed(seed: bytes, threshold: int, holders: int) -> list[bytes]:
     return [share for _, share in sorted(shares)]
 
 
-def combine_seed(shares: dict[int, bytes]) -> bytes:
-    """The seed from ``{index: share}`` (at least the threshold of them; all are used)."""
-    return Shamir.combine(sorted(shares.items()))
-
-
 def pool_size(jobs: int, workers: int | None = None) -> int:
     """Worker processes for ``jobs`` combinations: at most ``workers`` (default: the usable
     cores), at most one per :data:`_PER_WORKER` jobs; 1 (no pool) off Linux, where processes
@@ -63,7 +58,8 @@ def pool_size(jobs: int, workers: int | None = None) -> int:
 
 
 def combine_seeds(jobs: Sequence[dict[int, bytes]], *, workers: int | None = None) -> list[bytes]:
-    """The seeds of many ``{index: share}`` (each as :func:`combine_seed`), in order.
+    """The seed of each ``{index: share}`` of ``jobs`` (exactly the threshold of shares of one
+    secret, all used), in order.
 
     The combinations are independent calls of ``Shamir.combine``; with :func:`pool_size` above
     1 they run in forked worker processes that hold no secret but their jobs' shares and run
