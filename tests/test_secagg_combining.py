@@ -4,6 +4,7 @@ seeds, in order, as pycryptodome's ``Shamir.combine`` one by one, and the same u
 from __future__ import annotations
 
 import gc
+import multiprocessing
 
 import numpy as np
 import pytest
@@ -54,13 +55,13 @@ def test_a_pool_rebuilds_every_seed_in_order(monkeypatch: pytest.MonkeyPatch) ->
     spy = _Spy(sharing.ProcessPoolExecutor)
     monkeypatch.setattr(sharing, "ProcessPoolExecutor", spy)
     monkeypatch.setattr(sharing.os, "sched_getaffinity", lambda pid: {0, 1, 2})
-    secrets, jobs = _jobs(40)
+    secrets, jobs = _jobs(48)
     assert combine_seeds(jobs, workers=2) == secrets
-    assert spy.workers == [2]  # as asked, not the three usable cores
+    assert spy.workers == [2]  # as asked, not the three usable cores (48 jobs would take 3)
     # Forked (whatever the platform's default), and no garbage collection in the workers: an
     # object inherited from the server's process (a storage connection) is never finalised there.
     (options,) = spy.options
-    assert options["mp_context"].get_start_method() == "fork"
+    assert options["mp_context"] is multiprocessing.get_context("fork")
     assert options["initializer"] is gc.disable
     assert combine_seeds(jobs[:31], workers=2) == secrets[:31]  # too few jobs for two workers
     assert spy.workers == [2]
@@ -100,6 +101,7 @@ def test_a_secagg_plus_round_unmasks_the_same_sum_with_a_pool(
     spy = _Spy(sharing.ProcessPoolExecutor)
     monkeypatch.setattr(sharing, "ProcessPoolExecutor", spy)
     monkeypatch.setattr(sharing.os, "sched_getaffinity", lambda pid: set(range(8)))
+    monkeypatch.setattr(sharing, "_PER_WORKER", 1)  # by default, its 36 secrets would take 8
     ids = tuple(f"p{i:02d}" for i in range(36))
     ring = plan_ring(n_inputs=len(ids), bound=1.0, step=1e-4, dimension=5)
     setup = RoundSetup("fed", 3, ids, 19, ring, degree=4)
