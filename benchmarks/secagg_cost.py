@@ -10,14 +10,16 @@ protocol's pooled statistics in 4-D; ``--pooled``).
 
 Reported (medians over participants and repeats): a participant's protocol CPU time (its five
 steps, excluding the wait for others) and bytes (sent plus received, JSON), the server's time for
-the whole round and for the final unmasking alone (CPU seconds). Storage round-trips are not
-included.
+the whole round and for the final unmasking alone (CPU seconds, its worker processes included),
+and the unmasking's wall seconds (its Shamir combinations run in a pool of the usable cores;
+``--workers 1`` runs them in the server's process). Storage round-trips are not included.
 
 Usage::
 
     python benchmarks/secagg_cost.py             # N = 10, 50, 200; M = 100, 500
     python benchmarks/secagg_cost.py --pooled    # adds 41,500 numbers at N = 10 and 50
     python benchmarks/secagg_cost.py --quick     # N = 10, 50 only, one repeat
+    python benchmarks/secagg_cost.py --n 200 --workers 1   # one size, combinations in-process
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ from optuna_fedbo.core.secagg.graph import majority
 from optuna_fedbo.core.secagg.local import run_local_round
 
 
-def measure(n: int, dimension: int, dropout: float, repeats: int) -> dict[str, float]:
+def measure(
+    n: int, dimension: int, dropout: float, repeats: int, workers: int | None = None
+) -> dict[str, float]:
     """Median costs of ``repeats`` rounds."""
     ids = tuple(f"p{i:03d}" for i in range(n))
     degree = choose_degree(n) if n > 100 else None
@@ -46,7 +50,9 @@ def measure(n: int, dimension: int, dropout: float, repeats: int) -> dict[str, f
     dropped = rng.choice(ids, int(round(dropout * n)), replace=False)
     rows = []
     for _ in range(repeats):
-        run = run_local_round(setup, encoded, drop_after=dict.fromkeys(dropped, "share_keys"))
+        run = run_local_round(
+            setup, encoded, drop_after=dict.fromkeys(dropped, "share_keys"), workers=workers
+        )
         live = [p for p in ids if p not in dropped]
         rows.append(
             (
@@ -54,15 +60,17 @@ def measure(n: int, dimension: int, dropout: float, repeats: int) -> dict[str, f
                 float(np.median([run.client_bytes[p] for p in live])),
                 run.server_seconds,
                 run.unmask_seconds,
+                run.unmask_wall_seconds,
             )
         )
-    client_s, client_b, server_s, unmask_s = np.median(np.array(rows), axis=0)
+    client_s, client_b, server_s, unmask_s, unmask_wall = np.median(np.array(rows), axis=0)
     return {
         "degree": float(degree or n - 1),
         "client_ms": 1e3 * client_s,
         "client_kb": client_b / 1e3,
         "server_s": server_s,
         "unmask_s": unmask_s,
+        "unmask_wall": unmask_wall,
         "bits": float(ring.bits),
     }
 
@@ -72,22 +80,25 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--pooled", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--n", type=int, action="append", help="participants (repeatable)")
+    parser.add_argument("--workers", type=int, default=None, help="server's processes")
     args = parser.parse_args()
-    sizes = (10, 50) if args.quick else (10, 50, 200)
+    sizes = tuple(args.n or ((10, 50) if args.quick else (10, 50, 200)))
     repeats = 1 if args.quick else args.repeats
     configs = [(n, m) for n in sizes for m in (100, 500)]
     if args.pooled:
         configs += [(n, 41_500) for n in (10, 50)]
     print(
         f"{'N':>4} {'k':>4} {'M':>6} {'drop':>5} {'client ms':>10} {'client kB':>10} "
-        f"{'server s':>9} {'unmask s':>9}"
+        f"{'server s':>9} {'unmask s':>9} {'wall s':>7}"
     )
     for n, m in configs:
         for dropout in (0.0, 0.1):
-            row = measure(n, m, dropout, 1 if n >= 200 else repeats)
+            row = measure(n, m, dropout, 1 if n >= 200 else repeats, args.workers)
             print(
                 f"{n:>4} {int(row['degree']):>4} {m:>6} {dropout:>5.0%} {row['client_ms']:>10.1f} "
-                f"{row['client_kb']:>10.1f} {row['server_s']:>9.2f} {row['unmask_s']:>9.2f}"
+                f"{row['client_kb']:>10.1f} {row['server_s']:>9.2f} {row['unmask_s']:>9.2f} "
+                f"{row['unmask_wall']:>7.2f}"
             )
     for n in sizes:
         k = choose_degree(n)

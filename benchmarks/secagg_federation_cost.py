@@ -14,9 +14,10 @@ and are run without dropouts and with 10% of the participants dropping out after
 (their masks are then removed with their neighbours' shares). Per participant: seconds (its
 upload and its answers to every step) and the bytes of the protocol's entries it wrote and read
 per round (not counted without secure aggregation), the mean and the largest; the server:
-seconds of its steps. Last, what a participant's sampler costs per trial in
-the same federation (``FedSampler``, trials 21-30 of a study on the published round), the yard
-stick of the issue's target.
+seconds of its steps, and of them those until the round is published (``publish s``: the rest
+deletes the round's protocol studies, after the publication). Last, what a participant's
+sampler costs per trial in the same federation (``FedSampler``, trials 21-30 of a study on the
+published round), the yard stick of the issue's target.
 
 Usage::
 
@@ -72,6 +73,7 @@ class _Meter:
         self.bytes: dict[str, int] = defaultdict(int)
         self._entries = relay_module.Relay.entries
         self._write = relay_module.Relay.write
+        self._discard = relay_module.Relay.discard
 
     def install(self) -> None:
         meter = self
@@ -85,12 +87,21 @@ class _Meter:
             meter.bytes[meter.current] += len(key) + len(value)
             return meter._write(relay, round_index, key, value)
 
+        def discard(relay, round_index):
+            start = time.perf_counter()
+            try:
+                return meter._discard(relay, round_index)
+            finally:
+                meter.seconds["cleanup"] += time.perf_counter() - start
+
         relay_module.Relay.entries = entries  # type: ignore[method-assign]
         relay_module.Relay.write = write  # type: ignore[method-assign]
+        relay_module.Relay.discard = discard  # type: ignore[method-assign]
 
     def uninstall(self) -> None:
         relay_module.Relay.entries = self._entries  # type: ignore[method-assign]
         relay_module.Relay.write = self._write  # type: ignore[method-assign]
+        relay_module.Relay.discard = self._discard  # type: ignore[method-assign]
 
     def run(self, party: str, call, *args, **kwargs):
         self.current = party
@@ -146,6 +157,7 @@ def one_round(n_clients: int, secure: bool, dropout: float, folder: str) -> dict
         "p mean kB": float(np.mean([meter.bytes[c] for c in clients])) / 1e3,
         "p max kB": max(meter.bytes[c] for c in clients) / 1e3,
         "server s": meter.seconds["server"],
+        "publish s": meter.seconds["server"] - meter.seconds["cleanup"],
         "recovered": float(report.n_recovered),
     }
     if secure and not dropout:
@@ -173,7 +185,7 @@ def main() -> None:
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     sizes = args.n or [10, 50, 200]
-    header = ("p mean s", "p max s", "p mean kB", "p max kB", "server s", "recovered")
+    header = ("p mean s", "p max s", "p mean kB", "p max kB", "server s", "publish s", "recovered")
     print(f"{'N':>4} {'secure':>7} {'drop':>5} " + " ".join(f"{h:>10}" for h in header))
     with tempfile.TemporaryDirectory() as folder:
         for n in sizes:

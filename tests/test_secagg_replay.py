@@ -33,7 +33,7 @@ from optuna_fedbo.core.secagg.ring import plan_ring
 from optuna_fedbo.core.secagg.ring import ring_sub
 from optuna_fedbo.core.secagg.server import SecAggServer
 from optuna_fedbo.core.secagg.setup import RoundSetup
-from optuna_fedbo.core.secagg.sharing import combine_seed
+from optuna_fedbo.core.secagg.sharing import combine_seeds
 from optuna_fedbo.core.secagg.sharing import SEED_BYTES
 
 IDS = tuple(f"q{i:02d}" for i in range(16))
@@ -119,7 +119,7 @@ def test_a_replayed_attempt_never_gives_the_server_one_participants_input(degree
         if TARGET in r.mask_key_shares
     }
     assert len(key_shares) >= setup.share_threshold
-    mask_seed = combine_seed(dict(sorted(key_shares.items())[: setup.share_threshold]))
+    (mask_seed,) = combine_seeds([dict(sorted(key_shares.items())[: setup.share_threshold])])
     key = mask_key_from_seed(mask_seed, setup, TARGET)
     adverts = {a.sender: a for a in directory.adverts}
     unmasked = masked[TARGET].masked

@@ -38,7 +38,7 @@ from optuna_fedbo.core.secagg.messages import UnmaskResponse
 from optuna_fedbo.core.secagg.ring import decode
 from optuna_fedbo.core.secagg.ring import ring_sub
 from optuna_fedbo.core.secagg.setup import RoundSetup
-from optuna_fedbo.core.secagg.sharing import combine_seed
+from optuna_fedbo.core.secagg.sharing import combine_seeds
 from optuna_fedbo.core.secagg.sharing import SEED_BYTES
 
 STEPS = ("keys", "shares", "masked", "consistency", "unmask", "done")
@@ -78,9 +78,11 @@ class SecAggServer:
     Args:
         setup: The round's public setup.
         verify: Verifies a participant's signature against its enrolled key.
+        workers: Processes that rebuild the seeds at unmasking (default: the usable cores;
+            see :func:`~optuna_fedbo.core.secagg.sharing.combine_seeds`).
     """
 
-    def __init__(self, setup: RoundSetup, *, verify: Verifier) -> None:
+    def __init__(self, setup: RoundSetup, *, verify: Verifier, workers: int | None = None) -> None:
         self.setup = setup
         self._verify = verify
         self._step = 0
@@ -88,6 +90,7 @@ class SecAggServer:
         self._received: dict[str, dict[str, Message]] = {step: {} for step in _EXPECTS}
         self._dropped: tuple[str, ...] = ()
         self._keys = b""  # the digest of this run's key directory
+        self._workers = workers
 
     @property
     def step(self) -> str:
@@ -258,15 +261,24 @@ class SecAggServer:
         shares: dict[str, ShareKeys] = self._received["shares"]  # type: ignore[assignment]
         survivors = self._senders("masked")
         try:
+            jobs = [
+                self._shares(o, {r: m.self_mask_shares for r, m in responses.items()})
+                for o in survivors
+            ]
+            jobs += [
+                self._shares(o, {r: m.mask_key_shares for r, m in responses.items()})
+                for o in self._dropped
+            ]
+            seeds = dict(
+                zip((*survivors, *self._dropped), combine_seeds(jobs, workers=self._workers))
+            )
             removed = []
             for owner in survivors:
-                seed = self._rebuild(owner, {r: m.self_mask_shares for r, m in responses.items()})
-                if commitment(setup, owner, seed) != shares[owner].commitment:
+                if commitment(setup, owner, seeds[owner]) != shares[owner].commitment:
                     raise RoundFailed(f"the self-mask shares of {owner!r} do not match its seed")
-                removed.append(self_mask(seed, setup, owner))
+                removed.append(self_mask(seeds[owner], setup, owner))
             for owner in self._dropped:
-                seed = self._rebuild(owner, {r: m.mask_key_shares for r, m in responses.items()})
-                key = mask_key_from_seed(seed, setup, owner)
+                key = mask_key_from_seed(seeds[owner], setup, owner)
                 if public_bytes(key) != adverts[owner].mask_key:
                     raise RoundFailed(f"the mask-key shares of {owner!r} do not match its key")
                 for v in survivors:
@@ -290,7 +302,13 @@ class SecAggServer:
             recovered=self._dropped,
         )
 
-    def _rebuild(self, owner: str, revealed: dict[str, dict[str, bytes]]) -> bytes:
+    def _shares(self, owner: str, revealed: dict[str, dict[str, bytes]]) -> dict[int, bytes]:
+        """The ``share_threshold`` revealed shares of ``owner``'s secret with the smallest
+        indices (``{index: share}``).
+
+        Raises:
+            RoundFailed: If fewer were revealed.
+        """
         found = {
             self.setup.share_index(owner, holder): given[owner]
             for holder, given in revealed.items()
@@ -301,4 +319,4 @@ class SecAggServer:
             raise RoundFailed(
                 f"only {len(found)} shares of {owner!r} were revealed ({needed} needed)"
             )
-        return combine_seed(dict(sorted(found.items())[:needed]))
+        return dict(sorted(found.items())[:needed])

@@ -96,13 +96,29 @@ class RoundSetup:
     def neighbours(self, participant: str) -> tuple[str, ...]:
         return self.graph[participant]
 
+    @cached_property
+    def _holders(self) -> dict[str, tuple[str, ...]]:
+        return {p: tuple(sorted((*near, p))) for p, near in self.graph.items()}
+
+    @cached_property
+    def _share_indices(self) -> dict[str, dict[str, int]]:
+        return {p: {h: i + 1 for i, h in enumerate(hs)} for p, hs in self._holders.items()}
+
     def holders(self, participant: str) -> tuple[str, ...]:
         """Who holds shares of ``participant``'s secrets (its neighbours and itself), sorted;
         the Shamir index of holder ``h`` is ``holders.index(h) + 1``."""
-        return tuple(sorted((*self.graph[participant], participant)))
+        return self._holders[participant]
 
     def share_index(self, owner: str, holder: str) -> int:
-        return self.holders(owner).index(holder) + 1
+        """The Shamir index of ``holder``'s share of ``owner``'s secrets.
+
+        Raises:
+            ValueError: If ``holder`` holds none of them.
+        """
+        index = self._share_indices[owner].get(holder)
+        if index is None:
+            raise ValueError(f"{holder!r} holds no share of {owner!r}'s secrets.")
+        return index
 
     def info(self, purpose: str, **fields: Any) -> bytes:
         """Binding context for a key derivation or associated data."""
