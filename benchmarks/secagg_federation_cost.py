@@ -14,10 +14,10 @@ and are run without dropouts and with 10% of the participants dropping out after
 (their masks are then removed with their neighbours' shares). Per participant: seconds (its
 upload and its answers to every step) and the bytes of the protocol's entries it wrote and read
 per round (not counted without secure aggregation), the mean and the largest; the server:
-seconds of its steps, and of them those until the round is published (``publish s``: the rest
-deletes the round's protocol studies, after the publication). Last, what a participant's
-sampler costs per trial in the same federation (``FedSampler``, trials 21-30 of a study on the
-published round), the yard stick of the issue's target.
+seconds of its steps, and of them those until the round's broadcast is committed (``publish
+s``: the rest deletes the round's uploads and protocol studies, after the publication). Last,
+what a participant's sampler costs per trial in the same federation (``FedSampler``, trials
+21-30 of a study on the published round), the yard stick of the issue's target.
 
 Usage::
 
@@ -47,6 +47,7 @@ from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import SecureAggregation
 from optuna_fedbo.federation.fts.secure import driver_of
 from optuna_fedbo.federation.secagg import relay as relay_module
+from optuna_fedbo.federation.store import FederationStore
 from optuna_fedbo.samplers import FedSampler
 
 SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
@@ -73,7 +74,8 @@ class _Meter:
         self.bytes: dict[str, int] = defaultdict(int)
         self._entries = relay_module.Relay.entries
         self._write = relay_module.Relay.write
-        self._discard = relay_module.Relay.discard
+        self._commit = FederationStore.commit_broadcast
+        self.published_at: float | None = None
 
     def install(self) -> None:
         meter = self
@@ -87,29 +89,32 @@ class _Meter:
             meter.bytes[meter.current] += len(key) + len(value)
             return meter._write(relay, round_index, key, value)
 
-        def discard(relay, round_index):
-            start = time.perf_counter()
+        def commit_broadcast(store, *args, **kwargs):
             try:
-                return meter._discard(relay, round_index)
+                return meter._commit(store, *args, **kwargs)
             finally:
-                meter.seconds["cleanup"] += time.perf_counter() - start
+                meter.published_at = time.perf_counter()
 
         relay_module.Relay.entries = entries  # type: ignore[method-assign]
         relay_module.Relay.write = write  # type: ignore[method-assign]
-        relay_module.Relay.discard = discard  # type: ignore[method-assign]
+        FederationStore.commit_broadcast = commit_broadcast  # type: ignore[method-assign]
 
     def uninstall(self) -> None:
         relay_module.Relay.entries = self._entries  # type: ignore[method-assign]
         relay_module.Relay.write = self._write  # type: ignore[method-assign]
-        relay_module.Relay.discard = self._discard  # type: ignore[method-assign]
+        FederationStore.commit_broadcast = self._commit  # type: ignore[method-assign]
 
     def run(self, party: str, call, *args, **kwargs):
         self.current = party
+        self.published_at = None
         start = time.perf_counter()
         try:
             return call(*args, **kwargs)
         finally:
-            self.seconds[party] += time.perf_counter() - start
+            end = time.perf_counter()
+            self.seconds[party] += end - start
+            if self.published_at is not None:  # what followed the publication: clean-up
+                self.seconds["cleanup"] += end - self.published_at
             self.current = "server"
 
 
