@@ -2,8 +2,9 @@
 process and under an injected clock: the key step closes ``round_timeout`` after the first key
 with at least ``max(t, min_uploads)`` keys, never without one; every later step
 ``step_timeout`` after it began; ``force`` closes at once; a message read again is not refused as
-a replay; and the attempt's outcome says what happened (written to kill mutants of
-``benchmarks/mutation_trust.py``)."""
+a replay; the attempt's outcome says what happened (written to kill mutants of
+``benchmarks/mutation_trust.py``); and a server polling while it waits for masked inputs reads
+each of them from the storage once."""
 
 from __future__ import annotations
 
@@ -172,3 +173,35 @@ def test_waiting_for_enrolled_participants_is_said_once(caplog) -> None:
     with caplog.at_level(logging.INFO, logger="optuna_fedbo"):
         assert coordinator.step(0) is None and coordinator.step(0, force=True) is None
     assert caplog.text.count("round 0 waits for 3 enrolled participants") == 1
+
+
+def test_the_server_reads_each_masked_input_from_the_storage_once_however_often_it_polls(
+    tmp_path, clock, monkeypatch
+) -> None:
+    fed = _federation(storage=f"sqlite:///{tmp_path / 'fed.db'}", step_timeout=10.0)
+    server = FederationServer(fed, round_timeout=None)
+    driven = _Round(fed, server)
+    driven.upload(CLIENTS)
+    coordinator = _coordinator(server)
+    assert coordinator.step(0) is None  # the setup
+    for _ in range(2):  # keys, then shares: every step closes complete
+        _poll(driven, CLIENTS)
+        assert coordinator.step(0) is None
+    assert coordinator.attempt.server.step == "masked"
+    backend = type(fed.store.storage._backend)  # Optuna's cache in front of the RDB storage
+    read: list[str] = []
+    original = backend._get_trials
+
+    def counting(self, study_id, *args, **kwargs):
+        trials = original(self, study_id, *args, **kwargs)
+        read.extend(key for t in trials for key in t.system_attrs if ":msg:masked:" in key)
+        return trials
+
+    monkeypatch.setattr(backend, "_get_trials", counting)
+    _poll(driven, CLIENTS[:2])
+    for _ in range(3):  # three polls while c2 and c3 have not answered
+        assert coordinator.step(0) is None and coordinator.attempt.server.step == "masked"
+    _poll(driven, CLIENTS[2:])
+    assert coordinator.step(0) is None and coordinator.attempt.server.step == "consistency"
+    assert sorted(read) == sorted(message_key(0, "masked", c) for c in CLIENTS)
+    assert coordinator.attempt.rejected == {}

@@ -16,10 +16,11 @@ others' messages or shares):
   each, whose system attribute ``secagg:{a}:bundles`` maps each of them to the server's signed
   record of the shares sealed to it (a participant reads its trial: ``O(sqrt(N) degree)`` bytes,
   not everyone's shares; the server writes ``sqrt(N)`` trials);
-* the round's messages study (``...:secagg-messages``; the masked inputs, large, in the inputs
-  study ``...:secagg-inputs``, read at that step only), read by the server (and ``status``):
-  ``secagg:{a}:msg:{step}:{participant}``, a participant's message of a step, sealed to the
-  server and signed by the participant's enrolled key exactly as an upload is
+* the round's messages study (``...:secagg-messages``; the masked inputs, large, one trial each
+  in the inputs study ``...:secagg-inputs``, read at that step only and, through Optuna's cache
+  of an RDB storage, each once however often the server polls), read by the server (and
+  ``status``): ``secagg:{a}:msg:{step}:{participant}``, a participant's message of a step,
+  sealed to the server and signed by the participant's enrolled key exactly as an upload is
   (``Trust.seal_upload``: bound to the federation, configuration, round, counter and the
   round's opening), its plaintext bound to the attempt and step.
 
@@ -146,15 +147,23 @@ class Relay:
         Study ids are cached (a poll costs one query per study)."""
         storage = self.store.storage
         attrs: dict[str, Any] = {}
-        names = [self._messages_study(round_index)] if messages or inputs else []
-        names += [self._inputs_study(round_index)] if inputs else []
         try:
             attrs.update(storage.get_study_system_attrs(self._study_id(round_index)))
-            for name in names:
+            if messages or inputs:
+                name = self._messages_study(round_index)
                 try:
                     attrs.update(storage.get_study_system_attrs(self.store._study_id(name)))
                 except KeyError:
-                    self.store._forget(name)  # no message of that kind yet
+                    self.store._forget(name)  # no message yet
+            if inputs:
+                name = self._inputs_study(round_index)
+                try:
+                    trials = storage.get_all_trials(self.store._study_id(name), deepcopy=False)
+                except KeyError:
+                    self.store._forget(name)  # no masked input yet
+                else:
+                    for trial in trials:  # in the order written: a later copy wins
+                        attrs.update(trial.system_attrs)
         except KeyError:
             self._forget(round_index)  # the round closed
         return {k: v for k, v in attrs.items() if k.startswith(PREFIX)}
@@ -166,13 +175,18 @@ class Relay:
         Raises:
             KeyError: If the round's uploads study is gone (the round closed).
         """
+        storage = self.store.storage
         try:
             study_id = self._study_id(round_index)
             if f":msg:{INPUTS_STEP}:" in key:
-                study_id = self._study_of(self._inputs_study(round_index))
-            elif ":msg:" in key:
+                storage.create_new_trial(
+                    self._study_of(self._inputs_study(round_index)),
+                    create_trial(state=TrialState.FAIL, system_attrs={key: value}),
+                )
+                return
+            if ":msg:" in key:
                 study_id = self._study_of(self._messages_study(round_index))
-            self.store.storage.set_study_system_attr(study_id, key, value)
+            storage.set_study_system_attr(study_id, key, value)
         except KeyError:
             self._forget(round_index)
             raise
