@@ -175,7 +175,7 @@ def test_waiting_for_enrolled_participants_is_said_once(caplog) -> None:
     assert caplog.text.count("round 0 waits for 3 enrolled participants") == 1
 
 
-def test_the_server_reads_each_masked_input_from_the_storage_once_however_often_it_polls(
+def test_over_sqlite_the_server_reads_each_masked_input_once_however_often_it_polls(
     tmp_path, clock, monkeypatch
 ) -> None:
     fed = _federation(storage=f"sqlite:///{tmp_path / 'fed.db'}", step_timeout=10.0)
