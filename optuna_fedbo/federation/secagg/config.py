@@ -52,8 +52,8 @@ class SecureAggregation:
     (pooled statistics: each participant standardizes its values and eliminates an offset of its
     own before masking, :mod:`optuna_fedbo.federation.fts.secure`). A participant clips its own
     input to the bound the protocol fixes; a malicious participant can still send any value
-    within it (a bound per participant cannot be checked on masked data without zero-knowledge
-    proofs, which are out of scope).
+    within it (a bound per participant cannot be checked on masked
+    data without zero-knowledge proofs, which are out of scope).
 
     Args:
         threshold: ``t``, the fewest participants whose sum is published; a strict majority of
