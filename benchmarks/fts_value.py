@@ -16,8 +16,7 @@ budget of ``--trials`` trials. Side by side, on the same sites and seeds:
   :func:`~optuna_fedbo.simulation.simulate` in lock-step rounds;
 * ``fts-secagg``: ``fts`` under secure aggregation (:class:`~optuna_fedbo.SecureAggregation`:
   the server learns only the sum of the sites' statistics, so each site standardizes its own
-  values and eliminates an offset of its own before masking, and the server cannot weigh one
-  site); on DP problems, DP-FTS under
+  values and the server can neither offset nor weigh one site); on DP problems, DP-FTS under
   secure aggregation with distributed Skellam noise (:data:`SECAGG_DP`: no subsampling, which
   could not amplify privacy against the server, so ``z = 3`` for about the epsilon the server's
   ``z = 1, q = 0.25`` spends over 15 to 40 rounds; both epsilons are printed);

@@ -48,11 +48,9 @@ class SecureAggregation:
     ``threshold`` participants' inputs. A round in which fewer than ``threshold`` participants
     survive a step of the protocol publishes nothing (and says so); the round then starts over.
 
-    What it costs: the server can no longer weigh, scale or check one participant's upload
-    (pooled statistics: each participant standardizes its values and eliminates an offset of its
-    own before masking, :mod:`optuna_fedbo.federation.fts.secure`). A participant clips its own
-    input to the bound the protocol fixes; a malicious participant can still send any value
-    within it (a bound per participant cannot be checked on masked
+    What it costs: the server can no longer weigh, offset or check one participant's upload.
+    A participant clips its own input to the bound the protocol fixes; a malicious participant
+    can still send any value within it (a bound per participant cannot be checked on masked
     data without zero-knowledge proofs, which are out of scope).
 
     Args:
