@@ -124,9 +124,9 @@ class _Round:
 def capture_sum(monkeypatch):
     sums: list[np.ndarray] = []
 
-    def spy(values, n_features, round_index, slack, n_sites):
+    def spy(values, n_features, round_index, slack):
         sums.append(np.array(values))
-        return pooled_from_sum(values, n_features, round_index, slack, n_sites)
+        return pooled_from_sum(values, n_features, round_index, slack)
 
     monkeypatch.setattr(secure, "pooled_from_sum", spy)
     return sums
@@ -145,7 +145,7 @@ def test_a_round_over_sqlite_publishes_the_posterior_of_the_plain_sum(tmp_path, 
     (summed,) = capture_sum
     assert np.max(np.abs(summed - plain)) <= 4 * step / 2 + 1e-9
     broadcast = fed.latest_broadcast()
-    expected, block = pooled_from_sum(plain, M, 0, n_sites=4)
+    expected, block = pooled_from_sum(plain, M, 0)
     assert broadcast.round == 0 and broadcast.feature_block == block
     np.testing.assert_allclose(broadcast.vectors, expected, atol=1e-4)
     assert broadcast.n_contributors == 4

@@ -74,9 +74,9 @@ def test_sigkilled_participants_after_keys_and_after_shares(tmp_path, monkeypatc
 
     sums: list[np.ndarray] = []
 
-    def spy(values, n_features, round_index, slack, n_sites):
+    def spy(values, n_features, round_index, slack):
         sums.append(np.array(values))
-        return pooled_from_sum(values, n_features, round_index, slack, n_sites)
+        return pooled_from_sum(values, n_features, round_index, slack)
 
     monkeypatch.setattr(SecAggCoordinator, "_close", kill_then_close)
     monkeypatch.setattr(secure, "pooled_from_sum", spy)

@@ -198,30 +198,6 @@ def unpack_blocks(
     return blocks
 
 
-def without_offset(statistics: SufficientStatistics) -> SufficientStatistics:
-    """``statistics`` with an offset of their own eliminated: those of the features and values
-    centred by their own means (``Phi^T Phi - f f^T / n`` and ``Phi^T y - f sum(y) / n``, with
-    ``f = Phi^T 1``; the sums of features and values become zero).
-
-    Exact: with ``y = Phi omega + b 1 + eps``, ``b ~ N(0, s^2)`` and noise variance
-    ``sigma^2``, marginalizing ``b`` turns these observations' contribution to the posterior
-    precision into ``Phi^T (sigma^2 I + s^2 1 1^T)^{-1} Phi = (Phi^T Phi - c f f^T) / sigma^2``,
-    ``c = s^2 / (sigma^2 + n s^2)``, and likewise for ``Phi^T y``; a free offset
-    (``s -> inf``, ``c = 1 / n``) is centring. Summed over participants, the centred statistics
-    give the posterior mean of :func:`pooled_posterior` with an offset per participant of
-    unbounded scale, whatever scale each one's values were centred on, without anyone seeing
-    a participant's own sums.
-    """
-    n = float(statistics.count)
-    out = SufficientStatistics(statistics.n_features)
-    out.count = statistics.count
-    features = statistics.feature_sum
-    out.gram = statistics.gram - np.outer(features, features) / n
-    out.feature_target = statistics.feature_target - features * (statistics.target_sum / n)
-    out.target_square_sum = max(statistics.target_square_sum - statistics.target_sum**2 / n, 0.0)
-    return out
-
-
 def robust_weights(statistics: list[SufficientStatistics]) -> np.ndarray:
     """Each participant's weight in the pool: one, unless it outweighs every other participant.
 
@@ -427,5 +403,4 @@ __all__ = [
     "select_posterior",
     "unpack",
     "unpack_blocks",
-    "without_offset",
 ]

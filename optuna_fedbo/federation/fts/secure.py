@@ -5,29 +5,26 @@ standardizes everyone's values together, may give each participant an offset of 
 bounds each one's weight (:func:`optuna_fedbo.core.pooling.robust_weights`). On a masked sum it
 can do none of that, so what can be done moves to the participant (:func:`secure_input`):
 
-* **offset**: each participant eliminates an offset of its own before masking, exactly, by
-  centring its features and values on their own means
-  (:func:`~optuna_fedbo.core.pooling.without_offset`): the sum then gives the posterior mean of
-  the plain server's pooling with a free offset per participant, and no participant's choice
-  of centre (its reference below) enters the sum;
-* **scaling**: each participant standardizes its values by the spread of its first statistics
-  offered (in round 0, those of its initial design), then frozen, as
-  ``FTSConfig(normalization="shared")`` does for its own model, so that sites whose values
-  differ in scale are brought to one scale;
+* **centring and scaling**: each participant standardizes its values by the mean and spread of
+  its first statistics offered (in round 0, those of its initial design), then frozen, as
+  ``FTSConfig(normalization="shared")`` does for its own model: with whole-space initial
+  designs every site measures against a comparable reference, so the levels it finds later are
+  kept, while sites whose values differ in scale or offset are brought to one scale (the server
+  can no longer choose, by the evidence, between offsets per site and none);
 * **weight**: a participant with more than ``SecureAggregation.max_observations`` observations
   scales its statistics down to that many (the server's cap of one participant's weight becomes
   a fixed cap), which also bounds every coordinate: by Cauchy-Schwarz on unit-norm features
-  (``|Gram| <= n``, ``|sum phi y| <= sqrt(n sum y^2)``; centring only lowers the diagonal of the
-  Gram matrix and the sum of squares), with values up to
+  (``|Gram| <= n``, ``|sum phi y| <= sqrt(n sum y^2)``), with values up to
   :data:`~optuna_fedbo.federation.secagg.config.VALUE_SPREADS` spreads from the reference;
 * **clipping**: every coordinate is clipped to that bound (a no-op for honest statistics within
   it), and the ring is sized so that the sum of ``N`` clipped inputs never wraps.
 
 A malicious participant can still send any in-range statistics: their consistency cannot be
 checked on masked data (that needs zero-knowledge proofs, out of scope); out-of-range values wrap
-the ring, and a sum that is then not statistics of any centred observations is not published.
-The server decodes the sum (:func:`pooled_from_sum`) and publishes the posterior given it, on the
-feature block and noise variance of largest evidence (the offsets are already in the sum).
+the ring, and a sum that is then not statistics of any observations is not published. The server
+decodes the sum (:func:`pooled_from_sum`) and publishes the posterior given it, on the feature
+block and noise variance of largest evidence, without offsets (there is one summed
+"participant").
 """
 
 from __future__ import annotations
@@ -44,7 +41,6 @@ from optuna_fedbo.core.pooling import block_sizes
 from optuna_fedbo.core.pooling import pack_blocks
 from optuna_fedbo.core.pooling import select_posterior
 from optuna_fedbo.core.pooling import unpack_blocks
-from optuna_fedbo.core.pooling import without_offset
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.federation.fts.influence import bounded
 from optuna_fedbo.federation.fts.messages import encode_broadcast
@@ -110,50 +106,36 @@ def secure_input(
     """
     blocks = unpack_blocks(omega, n_features)
     reference = reference_of(omega, n_features) if reference is None else reference
-    packed = pack_blocks(
-        [without_offset(_standardized(block, cap, reference)) for block in blocks]
-    )
+    packed = pack_blocks([_standardized(block, cap, reference) for block in blocks])
     bound = cap * VALUE_SPREADS**2
     return np.clip(packed, -bound, bound)
 
 
 def pooled_from_sum(
-    values: np.ndarray, n_features: int, round_index: int, slack: float = 1e-3, n_sites: int = 1
+    values: np.ndarray, n_features: int, round_index: int, slack: float = 1e-3
 ) -> tuple[np.ndarray, int]:
     """The broadcast vectors (one row) and feature block of the posterior given the summed
     statistics, its norm bounded as every pooled broadcast's is.
 
-    The summed statistics are of values and features each participant centred on its own
-    means (:func:`~optuna_fedbo.core.pooling.without_offset`): the posterior is that of the
-    plain server's pooling with a free offset per participant, and its evidence counts the
-    ``n_sites`` degrees of freedom the offsets took.
-
     Args:
         slack: Absolute tolerance of the checks (the fixed-point rounding of the sum).
-        n_sites: The participants in the sum.
 
     Raises:
-        ValueError: If the sum is not statistics of centred observations on unit-norm features
-            (a participant sent values outside what its own statistics can be): every block's
-            count must be the same and positive, its sums of values and features zero, and its
-            Gram matrix's trace between zero and that count.
+        ValueError: If the sum is not statistics of observations on unit-norm features (a
+            participant sent values outside what its own statistics can be): every block's
+            count must be the same and positive, and its Gram matrix's trace that count.
     """
     blocks = unpack_blocks(np.asarray(values, dtype=float), n_features, strict=False)
     counts = np.array([float(np.asarray(b.count)) for b in blocks])
     traces = np.array([float(np.trace(b.gram)) for b in blocks])
-    sums = np.array([max(abs(b.target_sum), float(np.max(np.abs(b.feature_sum)))) for b in blocks])
     tolerance = slack + 1e-9 * float(np.max(np.abs(counts)))
     if (
         not np.all(np.isfinite(values))
         or counts.min() < 1.0 - tolerance
         or np.ptp(counts) > tolerance
-        or np.any(traces < -tolerance)
-        or np.any(traces > counts + tolerance)
-        or np.max(sums) > tolerance
+        or np.max(np.abs(traces - counts)) > tolerance
     ):
         raise ValueError("the sum is not statistics that observations on these features give")
-    for block in blocks:
-        block.count = max(block.count - n_sites, 1.0)  # type: ignore[assignment]
     try:
         block, mean = select_posterior([blocks], offset_scales=(0.0,))
     except np.linalg.LinAlgError:
@@ -281,7 +263,7 @@ class SecureRounds:
         slack = len(survivors) * dimension * self.coordinator.config.step
         try:
             vectors, block = pooled_from_sum(
-                outcome.result.values, fts.n_features, round_index, slack, len(survivors)
+                outcome.result.values, fts.n_features, round_index, slack
             )
         except ValueError as error:
             _logger.warning(
