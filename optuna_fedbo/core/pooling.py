@@ -28,6 +28,7 @@ keeps the differences in level between sites, which locate good regions.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -84,9 +85,17 @@ def packed_length(n_features: int) -> int:
     return 3 + 2 * n_features + n_features * (n_features + 1) // 2
 
 
+@functools.lru_cache(maxsize=8)
+def _upper_triangle(n_features: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.triu_indices(n_features)``, computed once per size (read-only)."""
+    rows, columns = np.triu_indices(n_features)
+    rows.flags.writeable = columns.flags.writeable = False
+    return rows, columns
+
+
 def pack(statistics: SufficientStatistics) -> np.ndarray:
     """``statistics`` as one flat vector (read back with :func:`unpack`)."""
-    rows, columns = np.triu_indices(statistics.n_features)
+    rows, columns = _upper_triangle(statistics.n_features)
     return np.concatenate(
         [
             [float(statistics.count), statistics.target_sum, statistics.target_square_sum],
@@ -124,7 +133,7 @@ def unpack(vector: np.ndarray, n_features: int, *, strict: bool = True) -> Suffi
     statistics.target_square_sum = float(vector[2])
     statistics.feature_sum = vector[3 : 3 + n_features].copy()
     statistics.feature_target = vector[3 + n_features : 3 + 2 * n_features].copy()
-    rows, columns = np.triu_indices(n_features)
+    rows, columns = _upper_triangle(n_features)
     gram = np.zeros((n_features, n_features))
     gram[rows, columns] = vector[3 + 2 * n_features :]
     gram[columns, rows] = gram[rows, columns]

@@ -9,10 +9,58 @@ from typing import Any
 
 import numpy as np
 
+#: Base64 texts at least this long are written into JSON unscanned (:class:`Base64Text`).
+_VERBATIM_FROM = 4096
+
+
+class Base64Text(str):
+    """Text of :func:`base64_text`: its alphabet needs no JSON escapes, so
+    :func:`canonical_json` writes it as is instead of scanning it (a pooled upload carries
+    two of 0.4-0.6 million characters: scanning them was 5 ms of its 12)."""
+
+    __slots__ = ()
+
+
+def base64_text(data: bytes) -> str:
+    """Standard base64 text of ``data`` (a :class:`Base64Text` when long)."""
+    text = base64.b64encode(data).decode("ascii")
+    return Base64Text(text) if len(text) >= _VERBATIM_FROM else text
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _holds_verbatim(value: Any) -> bool:
+    """Whether a dict holds a :class:`Base64Text`, directly or in nested dicts."""
+    return any(
+        isinstance(v, Base64Text) or (isinstance(v, dict) and _holds_verbatim(v))
+        for v in value.values()
+    )
+
+
+def _pieces(value: Any, out: list[str]) -> None:
+    """Append the pieces of ``value``'s canonical JSON to ``out`` (as :func:`_dumps` writes
+    it, :class:`Base64Text` unscanned)."""
+    if isinstance(value, Base64Text):
+        out.extend(('"', value, '"'))
+    elif isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        out.append("{")
+        for i, key in enumerate(sorted(value)):
+            out.extend(("," if i else "", _dumps(key), ":"))
+            _pieces(value[key], out)
+        out.append("}")
+    else:
+        out.append(_dumps(value))
+
 
 def canonical_json(value: Any) -> str:
     """Serialize ``value`` to JSON with sorted keys and no whitespace (stable across runs)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    if isinstance(value, dict) and _holds_verbatim(value):
+        out: list[str] = []
+        _pieces(value, out)
+        return "".join(out)
+    return _dumps(value)
 
 
 def digest(text: str) -> str:
@@ -23,10 +71,7 @@ def digest(text: str) -> str:
 def encode_array(array: np.ndarray) -> dict[str, Any]:
     """Encode a float array exactly: little-endian float64 bytes in base64 plus the shape."""
     values = np.ascontiguousarray(np.asarray(array, dtype="<f8"))
-    return {
-        "shape": list(values.shape),
-        "f8": base64.b64encode(values.tobytes()).decode("ascii"),
-    }
+    return {"shape": list(values.shape), "f8": base64_text(values.tobytes())}
 
 
 def decode_array(record: Any) -> np.ndarray:

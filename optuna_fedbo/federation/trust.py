@@ -32,6 +32,7 @@ from typing import Final
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hpke
 
+from optuna_fedbo.federation._codec import base64_text
 from optuna_fedbo.federation._codec import canonical_json
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.keys import b64
@@ -196,7 +197,7 @@ class Trust:
                 "round": int(round_index),
                 "counter": int(counter),
                 "after": opening,
-                "ct": b64(sealed),
+                "ct": base64_text(sealed),
                 "sig": b64(signature),
             }
         )
