@@ -36,6 +36,14 @@ from optuna_fedbo.samplers._running_points import running_points
 from optuna_fedbo.samplers._site_state import one_step_ranking
 from optuna_fedbo.samplers._site_state import score_one_step
 
+#: Random candidates of this participant's acquisition search by default (FTS participants score
+#: 1024): with 64 more near the best trials and four L-BFGS-B starts, its LogEI maxima were as
+#: high as with 1024 (60 searches at 15-60 trials, 4-D, alone and with a four-site broadcast
+#: as prior mean: within 0.006 and 0.17 in log EI of a 8,192-candidate, 16-start search on
+#: average, against 0.045 and 0.19 with 1024) at 1 ms less alone and 5 ms less with the
+#: broadcast, whose random features are evaluated at every candidate.
+SEARCH_CANDIDATES = 512
+
 
 class FedTransferSampler(FTSParticipant):
     """The default participant of an FTS federation: transfer from the broadcast to a local GP.
@@ -76,7 +84,8 @@ class FedTransferSampler(FTSParticipant):
         **kwargs: The arguments of every FTS participant (``synchronous``, ``sync_timeout``,
             ``patience``, ``poll_interval``, ``n_candidates``, ``n_refinements``,
             ``independent_sampler``, ``warn_independent_sampling``, ``seed``, ``lease_ttl``:
-            see :class:`~optuna_fedbo.samplers._fts_participant.FTSParticipant`).
+            see :class:`~optuna_fedbo.samplers._fts_participant.FTSParticipant`);
+            ``n_candidates`` is :data:`SEARCH_CANDIDATES` (512) unless given.
     """
 
     transfer = "prior"
@@ -99,6 +108,7 @@ class FedTransferSampler(FTSParticipant):
                 FutureWarning,
                 stacklevel=2,
             )
+        kwargs.setdefault("n_candidates", SEARCH_CANDIDATES)
         super().__init__(federation, client_id, **kwargs)
         # Public reference points to standardize broadcast functions on (same for everyone).
         self._reference = self._encoder.encoding.sample(
