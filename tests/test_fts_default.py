@@ -204,6 +204,28 @@ def test_a_transfer_trial_fits_hyperparameters_once(monkeypatch: pytest.MonkeyPa
     assert len(gps) == 6 and all(gp.has_prior_mean for gp in gps)
 
 
+@pytest.mark.parametrize("given", [None, 96])
+def test_the_gp_search_scores_512_candidates_unless_told(
+    monkeypatch: pytest.MonkeyPatch, given: int | None
+) -> None:
+    """Half of the FTS participants' 1024 by default (issue 28: the cost per trial)."""
+    scored = []
+    maximize_on_gp = _fed_transfer.maximize_on_gp
+
+    def counted(*args, **kwargs):
+        scored.append(kwargs["n_candidates"])
+        return maximize_on_gp(*args, **kwargs)
+
+    monkeypatch.setattr(_fed_transfer, "maximize_on_gp", counted)
+    objectives, _ = _sites(1, 2, related=False)
+    kwargs = {} if given is None else {"n_candidates": given}
+    simulate(
+        objectives, search_space=UNIT, n_rounds=2, protocol=FTSConfig(n_init=3), seed=0,
+        sampler_kwargs=kwargs, progress=False,
+    )  # fmt: skip
+    assert scored == [512 if given is None else given] * 4  # two sites, two BO trials each
+
+
 def _add_scored(study: optuna.Study, losses: tuple[float, float]) -> None:
     """Ten finished trials (as other workers of the site would add) scored ``losses``."""
     space = {"x": FloatDistribution(0, 1), "y": FloatDistribution(0, 1)}
