@@ -38,10 +38,12 @@ from optuna_fedbo.samplers._site_state import score_one_step
 
 #: Random candidates of this participant's acquisition search by default (FTS participants score
 #: 1024): with 64 more near the best trials and four L-BFGS-B starts, its LogEI maxima were as
-#: high as with 1024 (60 searches at 15-60 trials, 4-D, alone and with a four-site broadcast
-#: as prior mean: within 0.006 and 0.17 in log EI of a 8,192-candidate, 16-start search on
-#: average, against 0.045 and 0.19 with 1024) at 1 ms less alone and 5 ms less with the
-#: broadcast, whose random features are evaluated at every candidate.
+#: high as with 1024 (4-D, 15 to 60 trials, 15 searches alone and 60 with a four-site broadcast
+#: as prior mean, two seeds each: within 0.006 and 0.17 in log EI of a search with 8,192
+#: candidates and 16 starts on average, against 0.045 and 0.19 with 1024), at 0.7 ms less per
+#: search alone and 6 ms less with the broadcast, whose random features are evaluated at every
+#: candidate. Paired by seed function (benchmarks/fts_value_paired.py), regret moved within a
+#: reseed's spread.
 SEARCH_CANDIDATES = 512
 
 
