@@ -449,3 +449,15 @@ def test_a_spy_with_the_storage_url_recovers_no_vector(kind: str, tmp_path: Path
         assert attacks.recover(text, attacks.secrets_of(omega)) == [], (round_index, client)
     p_value, ratio = attacks.randomness([attacks.ciphertext(text) for _, _, text in seen])
     assert p_value > 1e-6 and ratio > 0.98, (p_value, ratio)
+
+
+def test_the_server_opens_only_an_upload_sent_after_one_of_the_rounds_openings() -> None:
+    fed = _federation()
+    fed.upload("c0", _omega(0), n_observations=3, iteration=0)
+    stored = fed.store.read_uploads(0)["c0"]
+    after = json.loads(stored)["after"]
+    key = {"client_id": "c0", "public_key": fed.public_key_of("c0"), "round_index": 0}
+    counter, plaintext = fed.trust.open_upload(stored, openings={after, "another"}, **key)
+    assert counter == json.loads(stored)["counter"] and json.loads(plaintext)["client"] == "c0"
+    with pytest.raises(UploadRejected, match="written before round 0 opened"):
+        fed.trust.open_upload(stored, openings={"another"}, **key)
