@@ -1,21 +1,17 @@
-"""Where does secure aggregation's cost in value come from? The first broadcast, ablated.
+"""What does secure aggregation cost in value? The first broadcast, with and without it.
 
 On GP draws of ``fts_value.py`` (near-identical sites: ``f + 0.05 h_n``, normalized, noise
 0.01), ``--sites`` sites each observe a Latin-hypercube design of ``--design`` points and the
 first broadcast is the pooled posterior on the feature block and noise (and, for the plain
 server, offsets) of largest evidence. Variants:
 
-* the plain server (:func:`~optuna_fedbo.core.pooling.select_posterior`): offsets chosen, none,
-  or a free offset per site;
-* secure aggregation as this release does it: each site standardized by its own
-  design's mean and spread, summed, no offsets; and the same with one centre, one scale or both
-  common to all sites (the pooled design values' mean and spread: given from outside, which no
-  site has);
-* secure aggregation with each site also eliminating an offset of its own before masking
-  (centring its features and values on their own means: summed, exactly the plain server's
-  pooling with a free offset per site; the evidence counts one degree of freedom fewer per
-  site), with its own scale or one common scale. Tried and not kept: it drops the differences
-  in level between sites (README).
+* the plain server (:func:`~optuna_fedbo.core.pooling.select_posterior`): offsets chosen, or none;
+* secure aggregation as this release does it: each site's statistics encoded in the ring
+  (:func:`~optuna_fedbo.federation.fts.secure.secure_input`), summed there, decoded and pooled
+  with everyone's values standardized together (:func:`~optuna_fedbo.federation.fts.secure.
+  pooled_from_sum`'s :func:`~optuna_fedbo.core.secure_statistics.decode_statistics`);
+* the previous release's secure aggregation: each site standardized by its own design's mean
+  and spread before masking, summed, no offsets.
 
 Reported, mean over seed functions: the correlation of the broadcast function with the true
 function on a grid (smooth, so differences show with few seeds), the regret of its maximizer,
@@ -34,45 +30,46 @@ import numpy as np
 from optuna_fedbo.core.pooling import pack_blocks
 from optuna_fedbo.core.pooling import pooling_feature_maps
 from optuna_fedbo.core.pooling import select_posterior
-from optuna_fedbo.core.pooling import unpack_blocks
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.core.rff import multiscale_range
 from optuna_fedbo.core.rff import RandomFourierFeatures
+from optuna_fedbo.core.secagg.ring import decode
+from optuna_fedbo.core.secure_statistics import decode_statistics
+from optuna_fedbo.core.secure_statistics import input_length
 from optuna_fedbo.core.space import Dimension
 from optuna_fedbo.core.space import UnitCubeEncoding
+from optuna_fedbo.federation import SecureAggregation
 from optuna_fedbo.federation.fts import secure
 
-CAP = 1000
 M = 100
-PREVIOUS = "secure, own centre and scale (this release)"
+SECURE = "secure aggregation (this release)"
+CONFIG = SecureAggregation()
 
 
-def _standardized(packed: np.ndarray, reference: tuple[float, float], centred: bool) -> np.ndarray:
-    """A site's input: its values standardized by ``reference`` (this release's
-    :func:`~optuna_fedbo.federation.fts.secure.secure_input`), its features and values then
-    centred on their own means if ``centred`` (an offset of its own eliminated)."""
-    if not centred:
-        return secure.secure_input(packed, M, CAP, reference)
-    blocks = []
-    for block in unpack_blocks(secure.secure_input(packed, M, CAP, reference), M):
-        n, features = float(block.count), block.feature_sum
-        out = SufficientStatistics(block.n_features)
-        out.count = block.count
-        out.gram = block.gram - np.outer(features, features) / n
-        out.feature_target = block.feature_target - features * (block.target_sum / n)
-        out.target_square_sum = max(block.target_square_sum - block.target_sum**2 / n, 0.0)
-        blocks.append(out)
-    return pack_blocks(blocks)
+def _secure(sites: list[list[SufficientStatistics]]) -> tuple[int, np.ndarray]:
+    """``(block, mean)`` of the posterior given the ring's sum of the sites' inputs."""
+    ring = CONFIG.ring(len(sites), input_length(M))
+    inputs = [secure.secure_input(pack_blocks(s), M, CONFIG.max_observations, ring) for s in sites]
+    total = sum(decode(x, ring) for x in inputs)  # the ring's sum, decoded (it never wraps)
+    return select_posterior([decode_statistics(total, ring.step, M)], offset_scales=(0.0,))
 
 
-def _pooled(packed: list[np.ndarray], references: list[tuple[float, float]], centred: bool):
-    """``(block, mean)`` of the posterior given the sum of the sites' inputs."""
-    total = sum(_standardized(p, r, centred) for p, r in zip(packed, references))
-    blocks = unpack_blocks(total, M, strict=False)
-    if centred:  # the offsets took one degree of freedom per site
-        for block in blocks:
-            block.count = max(block.count - len(references), 1.0)
-    return select_posterior([blocks], offset_scales=(0.0,))
+def _own_scales(sites: list[list[SufficientStatistics]]) -> tuple[int, np.ndarray]:
+    """The previous release: each site's values standardized by its own mean and spread."""
+    summed = []
+    for index in range(len(sites[0])):
+        total = SufficientStatistics(sites[0][index].n_features)
+        for site in sites:
+            block = site[index]
+            mean, spread = block.standardization()
+            feature_target, square_sum = block.targets(mean, spread)
+            total.count += block.count
+            total.target_square_sum += square_sum
+            total.feature_target += feature_target
+            total.feature_sum += block.feature_sum
+            total.gram += block.gram
+        summed.append(total)
+    return select_posterior([summed], offset_scales=(0.0,))
 
 
 def broadcasts(
@@ -98,20 +95,11 @@ def broadcasts(
         sites.append([SufficientStatistics(f.n_features) for f in maps])
         for statistics, features in zip(sites[-1], maps):
             statistics.add(features(design), values)
-    packed = [pack_blocks(s) for s in sites]
-    own = [secure.reference_of(p, M) for p in packed]
-    values = np.concatenate(observed)
-    centre, scale = float(values.mean()), float(values.std())
     chosen = {
         "plain server, offsets chosen": select_posterior(sites),
         "plain server, no offsets": select_posterior(sites, offset_scales=(0.0,)),
-        "plain server, free offsets": select_posterior(sites, offset_scales=(1e3,)),
-        PREVIOUS: _pooled(packed, own, False),
-        "secure, one scale": _pooled(packed, [(m, scale) for m, _ in own], False),
-        "secure, one centre": _pooled(packed, [(centre, s) for _, s in own], False),
-        "secure, one centre and scale": _pooled(packed, [(centre, scale)] * n_sites, False),
-        "secure, offsets eliminated, own scale": _pooled(packed, own, True),
-        "secure, offsets eliminated, one scale": _pooled(packed, [(0.0, scale)] * n_sites, True),
+        SECURE: _secure(sites),
+        "previous release: each site's own centre and scale": _own_scales(sites),
     }
     functions = {name: maps[block](dense) @ mean for name, (block, mean) in chosen.items()}
     return (truth - low) / (high - low), functions
@@ -137,7 +125,7 @@ def main() -> None:
         f"{args.design} design points, {args.seeds} seed functions"
     )
     print(f"{'variant':48s} {'corr':>6s} {'vs secure':>16s} {'regret':>7s} {'vs secure':>17s}")
-    reference_c, reference_r = np.array(correlations[PREVIOUS]), np.array(regrets[PREVIOUS])
+    reference_c, reference_r = np.array(correlations[SECURE]), np.array(regrets[SECURE])
     for name in correlations:
         c, r = np.array(correlations[name]), np.array(regrets[name])
         dc, dr = c - reference_c, r - reference_r

@@ -33,9 +33,13 @@ def test_the_defaults_and_the_smallest_valid_values_are_accepted_as_floats() -> 
     [
         ({"threshold": True}, "threshold must be an integer or None"),
         ({"threshold": 3.0}, "threshold must be an integer or None"),
-        ({"max_observations": 0}, "max_observations must be a positive integer"),
-        ({"max_observations": True}, "max_observations must be a positive integer"),
-        ({"max_observations": 10.0}, "max_observations must be a positive integer"),
+        ({"max_observations": 0}, r"max_observations must be an integer in \[1, 2147483648\]"),
+        ({"max_observations": True}, r"max_observations must be an integer in \[1, 2147483648\]"),
+        ({"max_observations": 10.0}, r"max_observations must be an integer in \[1, 2147483648\]"),
+        (
+            {"max_observations": 2**31 + 1},
+            r"must be an integer in \[1, 2147483648\], got 2147483649",
+        ),
         ({"step": 0.0}, "step must be positive and finite"),
         ({"step": -1.0}, "step must be positive and finite"),
         ({"step": math.inf}, "step must be positive and finite"),
@@ -56,8 +60,12 @@ def test_a_value_outside_its_domain_is_refused(changes, message) -> None:
         SecureAggregation(**changes)
 
 
-def test_the_bound_is_max_observations_at_ten_spreads() -> None:
-    assert SecureAggregation(max_observations=7).bound == 700.0
+def test_the_bound_holds_the_count_and_gram_of_max_observations_and_one_digit() -> None:
+    digit = (2**32 - 1) * 2.0**-20  # a base-2^32 digit at the default step
+    assert SecureAggregation(max_observations=7).bound == digit
+    assert SecureAggregation(max_observations=5000).bound == 5000.0
+    assert SecureAggregation(max_observations=7, step=1.0).bound == 2.0**32 - 1
+    assert SecureAggregation(max_observations=2**31).bound == 2.0**31
 
 
 @pytest.mark.parametrize(("n", "threshold"), [(3, 2), (4, 3), (5, 3), (6, 4), (7, 4)])
@@ -97,7 +105,8 @@ def test_the_chosen_degree_meets_the_configured_failure_probability(monkeypatch)
 
 def test_the_ring_holds_the_sum_of_n_inputs_at_the_bound() -> None:
     config = SecureAggregation(max_observations=3, step=0.125)
-    assert config.ring(5, 7) == plan_ring(n_inputs=5, bound=300.0, step=0.125, dimension=7)
+    bound = (2**32 - 1) * 0.125
+    assert config.ring(5, 7) == plan_ring(n_inputs=5, bound=bound, step=0.125, dimension=7)
     assert config.resolve(5, 7).ring(5, 7) == config.ring(5, 7)
 
 
@@ -124,4 +133,4 @@ def test_creation_stores_the_resolved_configuration_for_the_protocols_dimension(
     with pytest.raises(ValueError, match="secure_aggregation must be None or a SecureAggreg"):
         stored_secure_aggregation({"threshold": 3}, protocol, privacy, 5)
     with pytest.raises(ValueError, match="would wrap the ring"):
-        stored_secure_aggregation(SecureAggregation(step=1e-15), protocol, privacy, 5)
+        stored_secure_aggregation(SecureAggregation(step=1e-17), protocol, privacy, 5)

@@ -18,19 +18,24 @@ from optuna.distributions import FloatDistribution
 import pytest
 
 import optuna_fedbo as fb
+from optuna_fedbo.core.pooling import block_sizes
 from optuna_fedbo.core.pooling import pack_blocks
+from optuna_fedbo.core.pooling import select_posterior
+from optuna_fedbo.core.pooling import unpack_blocks
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.core.rff import RandomFourierFeatures
+from optuna_fedbo.core.secagg.ring import decode
 from optuna_fedbo.core.secagg.ring import encode
+from optuna_fedbo.core.secure_statistics import input_length
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationConfig
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation.cli import main as cli_main
 from optuna_fedbo.federation.fts import secure
+from optuna_fedbo.federation.fts.influence import bounded
 from optuna_fedbo.federation.fts.secure import driver_of
 from optuna_fedbo.federation.fts.secure import pooled_from_sum
-from optuna_fedbo.federation.fts.secure import reference_of
 from optuna_fedbo.federation.fts.secure import secure_input
 from optuna_fedbo.federation.keys import ParticipantKey
 from optuna_fedbo.federation.secagg import participant as participant_module
@@ -66,6 +71,14 @@ def _packed(fed: Federation, seed: int, n: int = 6) -> np.ndarray:
     return pack_blocks([_statistics(f, x, y) for f in fed.pooling_features()])
 
 
+def _input(fed: Federation, packed: np.ndarray) -> np.ndarray:
+    """A participant's input to the sum, decoded (the ring's sum of inputs decodes to the sum of
+    these, exactly: the ring is sized so that it never wraps)."""
+    config = fed.secure_aggregation
+    ring = config.ring(fed.n_clients, input_length(M))
+    return decode(secure_input(packed, M, config.max_observations, ring), ring)
+
+
 def _federation(storage=None, n_clients: int = 4, **secagg) -> Federation:
     fed = Federation.create(
         "secure",
@@ -94,7 +107,7 @@ class _Round:
         for c in clients:
             packed = _packed(self.fed, seed=int(c[1:]), n=n)
             self.fed.upload(c, packed, n_observations=n, iteration=0)
-            inputs[c] = secure_input(packed, M, self.fed.secure_aggregation.max_observations)
+            inputs[c] = _input(self.fed, packed)
         return inputs
 
     def run(self, *, drop_after: dict[str, int] | None = None, steps: int = 12):
@@ -124,9 +137,9 @@ class _Round:
 def capture_sum(monkeypatch):
     sums: list[np.ndarray] = []
 
-    def spy(values, n_features, round_index, slack):
+    def spy(values, n_features, round_index, step, slack):
         sums.append(np.array(values))
-        return pooled_from_sum(values, n_features, round_index, slack)
+        return pooled_from_sum(values, n_features, round_index, step, slack)
 
     monkeypatch.setattr(secure, "pooled_from_sum", spy)
     return sums
@@ -145,7 +158,7 @@ def test_a_round_over_sqlite_publishes_the_posterior_of_the_plain_sum(tmp_path, 
     (summed,) = capture_sum
     assert np.max(np.abs(summed - plain)) <= 4 * step / 2 + 1e-9
     broadcast = fed.latest_broadcast()
-    expected, block = pooled_from_sum(plain, M, 0)
+    expected, block = pooled_from_sum(plain, M, 0, step)
     assert broadcast.round == 0 and broadcast.feature_block == block
     np.testing.assert_allclose(broadcast.vectors, expected, atol=1e-4)
     assert broadcast.n_contributors == 4
@@ -570,21 +583,21 @@ def test_a_participant_sending_values_outside_its_bound_gets_nothing_published(
     fed = _federation()
     server = FederationServer(fed)
     driven = _Round(fed, server)
-    driven.upload([f"c{i}" for i in range(4)])
-    honest = participant_module.encode
+    honest = secure.secure_input
     rng = np.random.default_rng(0)
     calls = []
 
-    def encode(values, ring):
-        calls.append(len(values))
-        if len(calls) == 1:  # the first to mask (participants poll in order: c0)
+    def secure_input(omega, n_features, cap, ring):
+        calls.append(len(omega))
+        if len(calls) == 1:  # the first to upload: c0
             return rng.integers(0, 2**ring.bits, size=ring.dimension, dtype=np.uint64)
-        return honest(values, ring)
+        return honest(omega, n_features, cap, ring)
 
-    monkeypatch.setattr(participant_module, "encode", encode)
+    monkeypatch.setattr(secure, "secure_input", secure_input)
+    driven.upload([f"c{i}" for i in range(4)])
     with caplog.at_level(logging.WARNING):
         report = driven.run()
-    assert len(calls) == 4
+    assert len(calls) == 4  # each participant's upload
     assert report is not None and not report.published and report.reason == "secagg-invalid"
     assert "is not statistics that observations on these features give" in caplog.text
     assert fed.latest_broadcast() is None
@@ -605,16 +618,21 @@ def test_a_version_without_secure_aggregation_refuses_such_a_federation() -> Non
     )
 
 
-def test_a_participant_standardizes_by_the_reference_of_its_first_statistics() -> None:
+def test_the_sum_is_pooled_as_everyones_values_standardized_together() -> None:
+    """The server standardizes the summed statistics by everyone's pooled mean and spread, as
+    if it held all the values (the sums with values are exact), whatever each site's level."""
     fed = _federation()
-    cap = fed.secure_aggregation.max_observations
-    first, later = _packed(fed, seed=0, n=6), _packed(fed, seed=0, n=9)
-    fed.upload("c0", first, n_observations=6, iteration=0)
-    fed.upload("c0", later, n_observations=9, iteration=0)
-    offered = driver_of(fed.channel)._participants["c0"]._input
-    frozen = secure_input(later, M, cap, reference_of(first, M))
-    np.testing.assert_allclose(offered, frozen)
-    assert not np.allclose(offered, secure_input(later, M, cap))  # not its own newest mean
+    packed = [_packed(fed, seed=i, n=6 + i) for i in range(4)]  # levels 0, 1, 2, 3
+    step = fed.secure_aggregation.step
+    vectors, block = pooled_from_sum(sum(_input(fed, p) for p in packed), M, 0, step)
+    everyone = unpack_blocks(sum(packed), M)
+    expected_block, mean = select_posterior([everyone], offset_scales=(0.0,))
+    assert block == expected_block
+    expected = bounded(mean[None, :], block_sizes(M)[block], 0)
+    np.testing.assert_allclose(vectors, expected, atol=20 * step)  # the Gram at the step
+    # Each site's own statistics differ from the pooled values' standardization.
+    alone = select_posterior([unpack_blocks(packed[3], M)], offset_scales=(0.0,))[1]
+    assert not np.allclose(alone, mean, atol=1e-2)
 
 
 def test_an_input_whose_sum_was_unmasked_is_never_masked_again(capture_sum, caplog) -> None:

@@ -22,6 +22,8 @@ from optuna.distributions import FloatDistribution
 import pytest
 
 import optuna_fedbo as fb
+from optuna_fedbo.core.secagg.ring import decode
+from optuna_fedbo.core.secure_statistics import input_length
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
@@ -74,9 +76,9 @@ def test_sigkilled_participants_after_keys_and_after_shares(tmp_path, monkeypatc
 
     sums: list[np.ndarray] = []
 
-    def spy(values, n_features, round_index, slack):
+    def spy(values, n_features, round_index, step, slack):
         sums.append(np.array(values))
-        return pooled_from_sum(values, n_features, round_index, slack)
+        return pooled_from_sum(values, n_features, round_index, step, slack)
 
     monkeypatch.setattr(SecAggCoordinator, "_close", kill_then_close)
     monkeypatch.setattr(secure, "pooled_from_sum", spy)
@@ -102,8 +104,10 @@ def test_sigkilled_participants_after_keys_and_after_shares(tmp_path, monkeypatc
     assert report.n_recovered == 1 and dead == {"c3", "c4"}
     assert {c: processes[c].returncode for c in outputs} == dict.fromkeys(("c0", "c1", "c2"), 0)
     assert {processes[c].returncode for c in dead} == {-signal.SIGKILL}
-    cap = fed.secure_aggregation.max_observations
-    plain = sum(secure_input(packed(fed, i), M, cap) for i in range(3))
+    config = fed.secure_aggregation
+    ring = config.ring(fed.n_clients, input_length(M))
+    inputs = [secure_input(packed(fed, i), M, config.max_observations, ring) for i in range(3)]
+    plain = sum(decode(x, ring) for x in inputs)
     assert np.max(np.abs(sums[0] - plain)) <= 3 * fed.secure_aggregation.step / 2 + 1e-9
     assert fed.latest_broadcast().n_contributors == 3
 

@@ -18,11 +18,11 @@ from test_secagg_federation import _packed
 from test_secagg_federation import _Round
 from test_secagg_federation import M
 
+from optuna_fedbo.core.secagg.ring import decode
+from optuna_fedbo.core.secure_statistics import input_length
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation.fts.secure import driver_of
-from optuna_fedbo.federation.fts.secure import reference_of
-from optuna_fedbo.federation.fts.secure import secure_input
 from optuna_fedbo.federation.secagg import claims
 from optuna_fedbo.federation.secagg import participant as participant_module
 from optuna_fedbo.federation.secagg.relay import Relay
@@ -81,11 +81,10 @@ def test_a_participant_restarted_after_sharing_keys_sits_out_the_attempt_then_re
     assert report.contributors == ("c0", "c1", "c2") and report.n_recovered == 1
     plain = sum(inputs[c] for c in ("c0", "c1", "c2"))
     assert np.max(np.abs(capture_sum[0] - plain)) <= 3 * fed.secure_aggregation.step / 2 + 1e-9
-    # It kept its standardization reference (from its first statistics, before the restart).
+    # It offers its newest statistics for the next round.
     offered = driver_of(restarted.channel)._participants["c3"]._input
-    cap = fed.secure_aggregation.max_observations
-    first = _packed(fed, seed=3, n=6)
-    np.testing.assert_allclose(offered, secure_input(later, M, cap, reference_of(first, M)))
+    ring = fed.secure_aggregation.ring(fed.n_clients, input_length(M))
+    np.testing.assert_array_equal(decode(offered, ring), base._input(fed, later))
     # The next round: it takes part again.
     driven.upload(["c0", "c1", "c2"])
     report = _run(server, [driven.driver, driver_of(restarted.channel)])

@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from optuna_fedbo.core.local_model import NORMALIZATIONS
 from optuna_fedbo.core.pooling import packed_blocks_length
+from optuna_fedbo.core.secure_statistics import input_length
 from optuna_fedbo.federation.config import _non_negative_int
 from optuna_fedbo.federation.config import _positive_float
 from optuna_fedbo.federation.config import _positive_int
@@ -252,7 +253,7 @@ class FTSConfig(ProtocolConfig):
                 + (" with a DPConfig" if privacy is not None else " without one")
                 + ": leave aggregation=None, or drop secure_aggregation."
             )
-        return self.upload_length
+        return input_length(self.n_features)
 
     def check_creation(self, n_clients: int, privacy: Any) -> None:
         if privacy is None:

@@ -3,34 +3,27 @@
 Without secure aggregation the server pools each participant's statistics itself: it
 standardizes everyone's values together, may give each participant an offset of its own, and
 bounds each one's weight (:func:`optuna_fedbo.core.pooling.robust_weights`). On a masked sum it
-can do none of that, so what can be done moves to the participant (:func:`secure_input`):
+can still standardize everyone's values together, since the sum carries the raw sums of the
+values, exactly (:mod:`optuna_fedbo.core.secure_statistics`); what it can no longer do is look
+at one participant's statistics, so:
 
-* **centring and scaling**: each participant standardizes its values by the mean and spread of
-  its first statistics offered (in round 0, those of its initial design), then frozen, as
-  ``FTSConfig(normalization="shared")`` does for its own model: with whole-space initial
-  designs every site measures against a comparable reference, so the levels it finds later are
-  kept, while sites whose values differ in scale or offset are brought to one scale (the server
-  can no longer choose, by the evidence, between offsets per site and none);
 * **weight**: a participant with more than ``SecureAggregation.max_observations`` observations
   scales its statistics down to that many (the server's cap of one participant's weight becomes
-  a fixed cap), which also bounds every coordinate: by Cauchy-Schwarz on unit-norm features
-  (``|Gram| <= n``, ``|sum phi y| <= sqrt(n sum y^2)``), with values up to
-  :data:`~optuna_fedbo.federation.secagg.config.VALUE_SPREADS` spreads from the reference;
-* **clipping**: every coordinate is clipped to that bound (a no-op for honest statistics within
-  it), and the ring is sized so that the sum of ``N`` clipped inputs never wraps.
+  a fixed cap), which also bounds its count and Gram entries (features have unit norm);
+* **no offsets per site**: the server pools the one summed "participant", so it cannot give a
+  site an offset of its own, nor check one site's statistics.
 
 A malicious participant can still send any in-range statistics: their consistency cannot be
-checked on masked data (that needs zero-knowledge proofs, out of scope); out-of-range values wrap
-the ring, and a sum that is then not statistics of any observations is not published. The server
-decodes the sum (:func:`pooled_from_sum`) and publishes the posterior given it, on the feature
-block and noise variance of largest evidence, without offsets (there is one summed
-"participant").
+checked on masked data (that needs zero-knowledge proofs, out of scope); a sum that is then not
+statistics of any observations is not published. The server decodes the sum
+(:func:`pooled_from_sum`) and publishes the posterior given it, standardized by the pooled
+mean and spread of everyone's values, on the feature block and noise variance of largest
+evidence, as the plain server does without offsets.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-import math
 import time
 from typing import Any
 
@@ -38,18 +31,19 @@ import numpy as np
 import optuna
 
 from optuna_fedbo.core.pooling import block_sizes
-from optuna_fedbo.core.pooling import pack_blocks
 from optuna_fedbo.core.pooling import select_posterior
 from optuna_fedbo.core.pooling import unpack_blocks
 from optuna_fedbo.core.posterior import SufficientStatistics
+from optuna_fedbo.core.secagg.ring import RingSpec
+from optuna_fedbo.core.secure_statistics import decode_statistics
+from optuna_fedbo.core.secure_statistics import encode_statistics
+from optuna_fedbo.core.secure_statistics import input_length
 from optuna_fedbo.federation.fts.influence import bounded
 from optuna_fedbo.federation.fts.messages import encode_broadcast
 from optuna_fedbo.federation.fts.secure_dp import private_input
 from optuna_fedbo.federation.fts.secure_dp import publish_private
 from optuna_fedbo.federation.fts.staged import Staged
 from optuna_fedbo.federation.ledger import LedgerEntry
-from optuna_fedbo.federation.secagg import claims
-from optuna_fedbo.federation.secagg.config import VALUE_SPREADS
 from optuna_fedbo.federation.secagg.participant import Driver
 from optuna_fedbo.federation.secagg.server import SecAggCoordinator
 from optuna_fedbo.federation.server import RoundReport
@@ -57,84 +51,56 @@ from optuna_fedbo.federation.server import RoundReport
 _logger = optuna.logging.get_logger(__name__)
 
 
-def reference_of(omega: np.ndarray, n_features: int) -> tuple[float, float]:
-    """The mean and spread of the values behind packed statistics (spread 1 if they are equal).
-
-    Raises:
-        ValueError: If ``omega`` is not consistent statistics (:func:`unpack_blocks`).
-    """
-    statistics = unpack_blocks(omega, n_features)[0]
-    n = statistics.count
-    mean = statistics.target_sum / n
-    variance = max(statistics.target_square_sum / n - mean * mean, 0.0)
-    spread = math.sqrt(variance) if variance > 1e-24 * max(1.0, mean * mean) else 1.0
-    return mean, spread
-
-
-def _standardized(
-    statistics: SufficientStatistics, cap: int, reference: tuple[float, float]
-) -> SufficientStatistics:
-    """``statistics`` of the values ``(y - mean) / spread`` of ``reference``, weighed down to
-    ``cap`` observations."""
-    n, (mean, spread) = statistics.count, reference
-    weight = min(1.0, cap / n)
+def _weighed(statistics: SufficientStatistics, cap: int) -> SufficientStatistics:
+    """``statistics`` weighed down to ``cap`` observations (unchanged with at most ``cap``)."""
+    weight = min(1.0, cap / statistics.count)
     out = SufficientStatistics(statistics.n_features)
-    out.count = weight * n  # type: ignore[assignment]
-    out.target_sum = weight * (statistics.target_sum - n * mean) / spread
-    out.target_square_sum = (
-        weight
-        * (statistics.target_square_sum - 2 * mean * statistics.target_sum + n * mean * mean)
-        / spread**2
-    )
+    out.count = weight * statistics.count  # type: ignore[assignment]
+    out.target_sum = weight * statistics.target_sum
+    out.target_square_sum = weight * statistics.target_square_sum
     out.feature_sum = weight * statistics.feature_sum
-    out.feature_target = weight * (statistics.feature_target - mean * statistics.feature_sum)
-    out.feature_target /= spread
+    out.feature_target = weight * statistics.feature_target
     out.gram = weight * statistics.gram
     return out
 
 
-def secure_input(
-    omega: np.ndarray, n_features: int, cap: int, reference: tuple[float, float] | None = None
-) -> np.ndarray:
-    """A participant's input to secure aggregation from its packed statistics ``omega``: its
-    values standardized by ``reference`` (default: their own mean and spread), its weight
-    capped at ``cap`` observations, every coordinate clipped to
-    :attr:`~optuna_fedbo.SecureAggregation.bound`.
+def secure_input(omega: np.ndarray, n_features: int, cap: int, ring: RingSpec) -> np.ndarray:
+    """A participant's input to secure aggregation from its packed statistics ``omega``, as
+    ring elements: its weight capped at ``cap`` observations, the count and Gram entries clipped
+    to the ring's bound, the sums with values exact
+    (:func:`~optuna_fedbo.core.secure_statistics.encode_statistics`).
 
     Raises:
         ValueError: If ``omega`` is not consistent statistics (:func:`unpack_blocks`).
     """
     blocks = unpack_blocks(omega, n_features)
-    reference = reference_of(omega, n_features) if reference is None else reference
-    packed = pack_blocks([_standardized(block, cap, reference) for block in blocks])
-    bound = cap * VALUE_SPREADS**2
-    return np.clip(packed, -bound, bound)
+    return encode_statistics([_weighed(block, cap) for block in blocks], ring)
 
 
 def pooled_from_sum(
-    values: np.ndarray, n_features: int, round_index: int, slack: float = 1e-3
+    values: np.ndarray, n_features: int, round_index: int, step: float, slack: float = 1e-3
 ) -> tuple[np.ndarray, int]:
     """The broadcast vectors (one row) and feature block of the posterior given the summed
-    statistics, its norm bounded as every pooled broadcast's is.
+    statistics (standardized by everyone's pooled mean and spread), its norm bounded as every
+    pooled broadcast's is.
 
     Args:
+        values: The decoded sum (centred ring integers times ``step``).
+        step: The ring's fixed-point step.
         slack: Absolute tolerance of the checks (the fixed-point rounding of the sum).
 
     Raises:
         ValueError: If the sum is not statistics of observations on unit-norm features (a
-            participant sent values outside what its own statistics can be): every block's
-            count must be the same and positive, and its Gram matrix's trace that count.
+            participant sent values outside what its own statistics can be): the count must be
+            positive and every block's Gram matrix's trace that count.
     """
-    blocks = unpack_blocks(np.asarray(values, dtype=float), n_features, strict=False)
-    counts = np.array([float(np.asarray(b.count)) for b in blocks])
+    if not np.all(np.isfinite(values)):
+        raise ValueError("the sum is not finite")
+    blocks = decode_statistics(values, step, n_features)
+    count = float(blocks[0].count)
     traces = np.array([float(np.trace(b.gram)) for b in blocks])
-    tolerance = slack + 1e-9 * float(np.max(np.abs(counts)))
-    if (
-        not np.all(np.isfinite(values))
-        or counts.min() < 1.0 - tolerance
-        or np.ptp(counts) > tolerance
-        or np.max(np.abs(traces - counts)) > tolerance
-    ):
+    tolerance = slack + 1e-9 * abs(count)
+    if count < 1.0 - tolerance or np.max(np.abs(traces - count)) > tolerance:
         raise ValueError("the sum is not statistics that observations on these features give")
     try:
         block, mean = select_posterior([blocks], offset_scales=(0.0,))
@@ -175,17 +141,11 @@ def secure_upload(channel: Any, client_id: str, omega: np.ndarray, n_observation
                 return private_input(federation, client_id, omega, round_index)
 
             participant.offer(draw(), encoded=True, redraw=draw)
-            participant.poll()
-            driver.kick()
-            return round_index
-        n_features = channel.config.n_features
-        # The first statistics offered (in round 0: the initial design's) fix the reference,
-        # as FTSConfig(normalization="shared") does for the participant's own model; it is
-        # kept in the key folder, so a restarted participant keeps its scale.
-        reference = claims.reference(
-            federation, client_id, lambda: reference_of(omega, n_features)
-        )
-        participant.offer(secure_input(omega, n_features, config.max_observations, reference))
+        else:
+            n_features = channel.config.n_features
+            ring = config.ring(federation.n_clients, input_length(n_features))
+            cap = config.max_observations
+            participant.offer(secure_input(omega, n_features, cap, ring), encoded=True)
         participant.poll()
         driver.kick()
     return round_index
@@ -259,11 +219,11 @@ class SecureRounds:
             return publish_private(self, outcome)
         fts = server._fts
         survivors = outcome.result.survivors
-        dimension = fts.upload_length
-        slack = len(survivors) * dimension * self.coordinator.config.step
+        step = self.coordinator.config.step
+        slack = len(survivors) * input_length(fts.n_features) * step
         try:
             vectors, block = pooled_from_sum(
-                outcome.result.values, fts.n_features, round_index, slack
+                outcome.result.values, fts.n_features, round_index, step, slack
             )
         except ValueError as error:
             _logger.warning(

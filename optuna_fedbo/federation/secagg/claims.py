@@ -24,17 +24,13 @@ DP its own count refuses any attempt at or below the newest it masked into
 (:meth:`~optuna_fedbo.federation.secagg.spending.OwnLedger.check_newer`), and survivor
 signatures name the attempt's key directory, so none of one run vouches for another run of it.
 
-The same folder keeps the participant's standardization reference (the mean and spread of the
-values of the first statistics it offered), so that a restarted participant measures its values
-on the scale it used before, and under distributed DP its own count of releases
-(:mod:`~optuna_fedbo.federation.secagg.spending`). Federations in in-memory storages keep them in
-memory.
+Under distributed DP the same folder keeps the participant's own count of releases
+(:mod:`~optuna_fedbo.federation.secagg.spending`). Federations in in-memory storages keep claims
+and counts in memory.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -54,13 +50,13 @@ def _folder(federation: Any, client_id: str) -> Path | None:
     return where.with_name(where.stem + ".secagg")
 
 
-#: Claims and references of federations in in-memory storages, by storage (shared by every
+#: Claims and release counts of federations in in-memory storages, by storage (shared by every
 #: handle of the federation in this process, as the storage is).
 _MEMORY: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
 def _memory(federation: Any, kind: str) -> dict[str, Any]:
-    """The federation's in-memory ``kind`` (``"claims"``, ``"references"`` or ``"releases"``),
+    """The federation's in-memory ``kind`` (``"claims"`` or ``"releases"``),
     by participant."""
     kept = _MEMORY.setdefault(federation.storage, {}).setdefault(federation.federation_id, {})
     return kept.setdefault(kind, {})
@@ -89,42 +85,4 @@ def claim(federation: Any, client_id: str, round_index: int, attempt: int) -> bo
     return True
 
 
-def reference(
-    federation: Any, client_id: str, compute: Callable[[], tuple[float, float]]
-) -> tuple[float, float]:
-    """The participant's standardization reference: the one kept, else ``compute()`` kept."""
-    folder = _folder(federation, client_id)
-    if folder is None:
-        kept = _memory(federation, "references")
-        if client_id not in kept:
-            kept[client_id] = compute()
-        return kept[client_id]
-    path = folder / "reference.json"
-    kept = _read_reference(path)
-    if kept is not None:
-        return kept
-    value = compute()
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(json.dumps([float(value[0]), float(value[1])]))
-    try:
-        os.link(temporary, path)  # atomic, and never over another worker's reference
-    except FileExistsError:
-        pass
-    finally:
-        temporary.unlink(missing_ok=True)
-    kept = _read_reference(path)
-    return value if kept is None else kept
-
-
-def _read_reference(path: Path) -> tuple[float, float] | None:
-    try:
-        mean, spread = json.loads(path.read_text())
-        return float(mean), float(spread)
-    except (OSError, ValueError, TypeError):
-        return None
-
-
-__all__ = ["claim", "reference"]
+__all__ = ["claim"]

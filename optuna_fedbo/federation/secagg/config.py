@@ -24,6 +24,8 @@ from optuna_fedbo.core.secagg.graph import choose_degree
 from optuna_fedbo.core.secagg.graph import majority
 from optuna_fedbo.core.secagg.ring import plan_ring
 from optuna_fedbo.core.secagg.ring import RingSpec
+from optuna_fedbo.core.secure_statistics import DIGIT_MAX
+from optuna_fedbo.core.secure_statistics import MAX_CAP
 
 #: The fewest participants secure aggregation runs with (a strict majority of 2 is both).
 MIN_PARTICIPANTS = 3
@@ -34,9 +36,6 @@ AUTO_DEGREE_FROM = 50
 #: The failure probability the automatic degree meets (union bound of Bell et al.'s three
 #: failure events on this Harary graph: :func:`~optuna_fedbo.core.secagg.graph.choose_degree`).
 AUTO_DEGREE_FAILURE = 2.0**-30
-#: Pooled statistics: how many spreads of its reference (its initial design's values) a
-#: participant's standardized values may reach before the sums of their squares are clipped.
-VALUE_SPREADS = 10
 
 
 @dataclass(frozen=True)
@@ -98,10 +97,11 @@ class SecureAggregation:
         if (
             isinstance(self.max_observations, bool)
             or not isinstance(self.max_observations, int)
-            or self.max_observations < 1
+            or not 1 <= self.max_observations <= MAX_CAP
         ):
             raise ValueError(
-                f"max_observations must be a positive integer, got {self.max_observations!r}."
+                f"max_observations must be an integer in [1, {MAX_CAP}], got "
+                f"{self.max_observations!r}."
             )
         for name in ("step", "step_timeout"):
             value = getattr(self, name)
@@ -121,9 +121,10 @@ class SecureAggregation:
 
     @property
     def bound(self) -> float:
-        """The clipping bound of every input coordinate: ``max_observations`` observations of
-        values up to :data:`VALUE_SPREADS` spreads from the reference."""
-        return float(self.max_observations * VALUE_SPREADS**2)
+        """The clipping bound of every input coordinate: the count and Gram entries of at most
+        ``max_observations`` observations on unit-norm features, and the base-``2^32`` digits of
+        the exact sums (:mod:`optuna_fedbo.core.secure_statistics`), whichever is larger."""
+        return max(float(self.max_observations), DIGIT_MAX * self.step)
 
     def resolve(self, n_clients: int, dimension: int) -> SecureAggregation:
         """The configuration with its threshold made explicit, checked for ``n_clients``.
