@@ -72,8 +72,46 @@ def _own_scales(sites: list[list[SufficientStatistics]]) -> tuple[int, np.ndarra
     return select_posterior([summed], offset_scales=(0.0,))
 
 
+def _common_centre_own_scale(sites: list[list[SufficientStatistics]]) -> tuple[int, np.ndarray]:
+    """Each site's values divided by its own spread after the pooled mean is subtracted."""
+    count = sum(site[0].count for site in sites)
+    centre = sum(site[0].target_sum for site in sites) / count
+    summed = []
+    for index in range(len(sites[0])):
+        total = SufficientStatistics(sites[0][index].n_features)
+        for site in sites:
+            block = site[index]
+            feature_target, square_sum = block.targets(centre, block.standardization()[1])
+            total.count += block.count
+            total.target_sum += (
+                block.target_sum - centre * block.count
+            ) / block.standardization()[1]
+            total.target_square_sum += square_sum
+            total.feature_target += feature_target
+            total.feature_sum += block.feature_sum
+            total.gram += block.gram
+        summed.append(total)
+    return select_posterior([summed], offset_scales=(0.0,))
+
+
+def _offsets_eliminated(sites: list[list[SufficientStatistics]]) -> tuple[int, np.ndarray]:
+    """Each site's features and values centred on their own means (a free offset per site)."""
+    summed = []
+    for index in range(len(sites[0])):
+        total = SufficientStatistics(sites[0][index].n_features)
+        for site in sites:
+            block = site[index]
+            n, a = float(block.count), block.feature_sum
+            total.count += block.count - 1
+            total.gram += block.gram - np.outer(a, a) / n
+            total.feature_target += block.feature_target - a * block.target_sum / n
+            total.target_square_sum += block.target_square_sum - block.target_sum**2 / n
+        summed.append(total)
+    return select_posterior([summed], offset_scales=(0.0,))
+
+
 def broadcasts(
-    dims: int, lengthscale: float, seed: int, n_sites: int, n_design: int
+    dims: int, lengthscale: float, seed: int, n_sites: int, n_design: int, heterogeneous: bool
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """The true function on a grid and each variant's first broadcast function there."""
     rng = np.random.default_rng([seed, dims, int(lengthscale * 1000)])
@@ -84,11 +122,17 @@ def broadcasts(
     owns = [fts_value.RandomFunction(dims, lengthscale, rng) for _ in range(n_sites)]
     encoding = UnitCubeEncoding([Dimension("float", 0.0, 1.0)] * dims)
     designs = [encoding.space_filling(n_design, rng) for _ in range(n_sites)]
+    weight = 0.75 if heterogeneous else 0.05
     observed = [
-        (base(d) + 0.05 * own(d) - low) / (high - low)
+        (base(d) + weight * own(d) - low) / (high - low)
         + fts_value.NOISE_STD * rng.standard_normal(len(d))
         for d, own in zip(designs, owns)
     ]
+    if heterogeneous:  # each site's own scale and offset, as fts_value's heterogeneous sites
+        observed = [
+            rng.uniform(-1, 1) + float(np.exp(rng.uniform(np.log(0.2), np.log(5.0)))) * v
+            for v in observed
+        ]
     maps = pooling_feature_maps(RandomFourierFeatures(dims, M, multiscale_range(dims), seed=seed))
     sites = []
     for design, values in zip(designs, observed):
@@ -100,6 +144,8 @@ def broadcasts(
         "plain server, no offsets": select_posterior(sites, offset_scales=(0.0,)),
         SECURE: _secure(sites),
         "previous release: each site's own centre and scale": _own_scales(sites),
+        "pooled centre, each site's own scale": _common_centre_own_scale(sites),
+        "offsets eliminated, pooled scale": _offsets_eliminated(sites),
     }
     functions = {name: maps[block](dense) @ mean for name, (block, mean) in chosen.items()}
     return (truth - low) / (high - low), functions
@@ -112,11 +158,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=30)
     parser.add_argument("--sites", type=int, default=10)
     parser.add_argument("--design", type=int, default=5)
+    parser.add_argument("--heterogeneous", action="store_true")
     args = parser.parse_args()
     correlations: dict[str, list[float]] = {}
     regrets: dict[str, list[float]] = {}
     for seed in range(args.seeds):
-        truth, functions = broadcasts(args.dims, args.lengthscale, seed, args.sites, args.design)
+        truth, functions = broadcasts(
+            args.dims, args.lengthscale, seed, args.sites, args.design, args.heterogeneous
+        )
         for name, g in functions.items():
             correlations.setdefault(name, []).append(float(np.corrcoef(g, truth)[0, 1]))
             regrets.setdefault(name, []).append(float(1.0 - truth[np.argmax(g)]))
