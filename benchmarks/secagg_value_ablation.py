@@ -1,7 +1,8 @@
 """What does secure aggregation cost in value? The first broadcast, with and without it.
 
 On GP draws of ``fts_value.py`` (near-identical sites: ``f + 0.05 h_n``, normalized, noise
-0.01), ``--sites`` sites each observe a Latin-hypercube design of ``--design`` points and the
+0.01; with ``--heterogeneous``, ``f + 0.75 h_n`` times a scale and plus an offset of each
+site's own, as ``fts_value.py``'s heterogeneous sites), ``--sites`` sites each observe a Latin-hypercube design of ``--design`` points and the
 first broadcast is the pooled posterior on the feature block and noise (and, for the plain
 server, offsets) of largest evidence. Variants:
 
@@ -11,18 +12,23 @@ server, offsets) of largest evidence. Variants:
   with everyone's values standardized together (:func:`~optuna_fedbo.federation.fts.secure.
   pooled_from_sum`'s :func:`~optuna_fedbo.core.secure_statistics.decode_statistics`);
 * the previous release's secure aggregation: each site standardized by its own design's mean
-  and spread before masking, summed, no offsets.
+  and spread before masking, summed, no offsets;
+* two other summable inputs: the pooled mean (given from outside, which no site has) subtracted
+  and each site's own spread divided out; each site's features and values centred on their own
+  means (a free offset per site, eliminated exactly) and the sum standardized together.
 
 Reported, mean over seed functions: the correlation of the broadcast function with the true
 function on a grid (smooth, so differences show with few seeds), the regret of its maximizer,
 and each variant's paired difference to this release's secure aggregation.
 
-Run: ``python benchmarks/secagg_value_ablation.py --dims 2 --lengthscale 0.1 --seeds 30``.
+Run: ``python benchmarks/secagg_value_ablation.py --dims 2 --lengthscale 0.1 --seeds 30`` and
+``... --heterogeneous --sites 5 --lengthscale 0.2 --seeds 30``.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 import fts_value
 import numpy as np
@@ -54,60 +60,56 @@ def _secure(sites: list[list[SufficientStatistics]]) -> tuple[int, np.ndarray]:
     return select_posterior([decode_statistics(total, ring.step, M)], offset_scales=(0.0,))
 
 
-def _own_scales(sites: list[list[SufficientStatistics]]) -> tuple[int, np.ndarray]:
-    """The previous release: each site's values standardized by its own mean and spread."""
+_SUMS = ("count", "target_sum", "target_square_sum", "feature_sum", "feature_target", "gram")
+
+
+def _summed(
+    sites: list[list[SufficientStatistics]],
+    site_input: Callable[[SufficientStatistics, float], SufficientStatistics],
+) -> tuple[int, np.ndarray]:
+    """``(block, mean)`` of the posterior given the sum of ``site_input(block, pooled mean)``
+    over the sites (what a site would mask, summed exactly)."""
+    centre = sum(site[0].target_sum for site in sites) / sum(site[0].count for site in sites)
     summed = []
     for index in range(len(sites[0])):
         total = SufficientStatistics(sites[0][index].n_features)
         for site in sites:
-            block = site[index]
-            mean, spread = block.standardization()
-            feature_target, square_sum = block.targets(mean, spread)
-            total.count += block.count
-            total.target_square_sum += square_sum
-            total.feature_target += feature_target
-            total.feature_sum += block.feature_sum
-            total.gram += block.gram
+            part = site_input(site[index], centre)
+            for name in _SUMS:
+                setattr(total, name, getattr(total, name) + getattr(part, name))
         summed.append(total)
     return select_posterior([summed], offset_scales=(0.0,))
 
 
-def _common_centre_own_scale(sites: list[list[SufficientStatistics]]) -> tuple[int, np.ndarray]:
-    """Each site's values divided by its own spread after the pooled mean is subtracted."""
-    count = sum(site[0].count for site in sites)
-    centre = sum(site[0].target_sum for site in sites) / count
-    summed = []
-    for index in range(len(sites[0])):
-        total = SufficientStatistics(sites[0][index].n_features)
-        for site in sites:
-            block = site[index]
-            feature_target, square_sum = block.targets(centre, block.standardization()[1])
-            total.count += block.count
-            total.target_sum += (
-                block.target_sum - centre * block.count
-            ) / block.standardization()[1]
-            total.target_square_sum += square_sum
-            total.feature_target += feature_target
-            total.feature_sum += block.feature_sum
-            total.gram += block.gram
-        summed.append(total)
-    return select_posterior([summed], offset_scales=(0.0,))
+def _affine(block: SufficientStatistics, mean: float, spread: float) -> SufficientStatistics:
+    """``block`` of the values ``(y - mean) / spread``."""
+    out = SufficientStatistics(block.n_features)
+    out.feature_target, out.target_square_sum = block.targets(mean, spread)
+    out.target_sum = (block.target_sum - mean * block.count) / spread
+    out.count, out.feature_sum, out.gram = block.count, block.feature_sum, block.gram
+    return out
 
 
-def _offsets_eliminated(sites: list[list[SufficientStatistics]]) -> tuple[int, np.ndarray]:
-    """Each site's features and values centred on their own means (a free offset per site)."""
-    summed = []
-    for index in range(len(sites[0])):
-        total = SufficientStatistics(sites[0][index].n_features)
-        for site in sites:
-            block = site[index]
-            n, a = float(block.count), block.feature_sum
-            total.count += block.count - 1
-            total.gram += block.gram - np.outer(a, a) / n
-            total.feature_target += block.feature_target - a * block.target_sum / n
-            total.target_square_sum += block.target_square_sum - block.target_sum**2 / n
-        summed.append(total)
-    return select_posterior([summed], offset_scales=(0.0,))
+def _own_centre_and_scale(block: SufficientStatistics, centre: float) -> SufficientStatistics:
+    """The previous release: a site's values standardized by its own mean and spread."""
+    return _affine(block, *block.standardization())
+
+
+def _pooled_centre_own_scale(block: SufficientStatistics, centre: float) -> SufficientStatistics:
+    """A site's values less the pooled mean (given from outside), over its own spread."""
+    return _affine(block, centre, block.standardization()[1])
+
+
+def _own_offset_eliminated(block: SufficientStatistics, centre: float) -> SufficientStatistics:
+    """A site's features and values centred on their own means (a free offset per site; one
+    observation's worth of evidence fewer)."""
+    n, a = float(block.count), block.feature_sum
+    out = SufficientStatistics(block.n_features)
+    out.count = block.count - 1
+    out.gram = block.gram - np.outer(a, a) / n
+    out.feature_target = block.feature_target - a * block.target_sum / n
+    out.target_square_sum = block.target_square_sum - block.target_sum**2 / n
+    return out
 
 
 def broadcasts(
@@ -143,9 +145,11 @@ def broadcasts(
         "plain server, offsets chosen": select_posterior(sites),
         "plain server, no offsets": select_posterior(sites, offset_scales=(0.0,)),
         SECURE: _secure(sites),
-        "previous release: each site's own centre and scale": _own_scales(sites),
-        "pooled centre, each site's own scale": _common_centre_own_scale(sites),
-        "offsets eliminated, pooled scale": _offsets_eliminated(sites),
+        "previous release: each site's own centre and scale": _summed(
+            sites, _own_centre_and_scale
+        ),
+        "pooled centre, each site's own scale": _summed(sites, _pooled_centre_own_scale),
+        "offsets eliminated, pooled scale": _summed(sites, _own_offset_eliminated),
     }
     functions = {name: maps[block](dense) @ mean for name, (block, mean) in chosen.items()}
     return (truth - low) / (high - low), functions
