@@ -23,7 +23,6 @@ the Gram matrices, bounded by the participant's weight cap, stay at the ring's o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
 import math
 from typing import Final
 
@@ -64,38 +63,37 @@ class DigitCode:
         """The digits of ``values`` (clipped to :attr:`limit`), ``digits`` per value, least
         significant first, as ``int64`` of shape ``(len(values) * digits,)``.
 
+        Computed in floating point, exactly: ``|v| 2^fraction_bits`` rounded is an integer that
+        a float holds exactly (a float's 53 significant bits, shifted), and so is each
+        ``floor(units / 2^(32 k))`` and its remainder modulo ``2^32`` (``fmod`` is exact).
+
         Raises:
             ValueError: For a value that is not finite.
         """
         values = np.asarray(values, dtype=float).ravel()
         if not np.all(np.isfinite(values)):
             raise ValueError("only finite numbers can be summed exactly.")
-        largest = (1 << (DIGIT_BITS * self.digits)) - 1
-        out = np.zeros((len(values), self.digits), dtype=np.int64)
-        for row, value in enumerate(values.tolist()):
-            units = round(math.ldexp(value, self.fraction_bits))
-            magnitude, sign = min(abs(units), largest), (-1 if units < 0 else 1)
-            for k in range(self.digits):
-                out[row, k] = sign * ((magnitude >> (DIGIT_BITS * k)) & DIGIT_MAX)
-        return out.ravel()
+        largest = np.nextafter(math.ldexp(1.0, DIGIT_BITS * self.digits), 0.0)
+        units = np.minimum(np.rint(np.ldexp(np.abs(values), self.fraction_bits)), largest)
+        shifts = -DIGIT_BITS * np.arange(self.digits)
+        digits = np.fmod(np.floor(np.ldexp(units[:, None], shifts)), 2.0**DIGIT_BITS)
+        return (np.sign(values)[:, None] * digits).astype(np.int64).ravel()
 
-    def exact(self, digit_sums: np.ndarray) -> list[Fraction]:
-        """The numbers whose digits summed to ``digit_sums`` (integers, ``digits`` per number,
-        as :meth:`encode` lays them out), exactly."""
+    def units(self, digit_sums: np.ndarray) -> list[int]:
+        """The numbers, in units of ``2^-fraction_bits``, whose digits summed to ``digit_sums``
+        (integers, ``digits`` per number, as :meth:`encode` lays them out): exact integers."""
         rows = np.asarray(digit_sums).reshape(-1, self.digits).tolist()
-        denominator = 1 << self.fraction_bits
-        return [
-            Fraction(sum(int(d) << (DIGIT_BITS * k) for k, d in enumerate(row)), denominator)
-            for row in rows
-        ]
+        return [sum(int(d) << (DIGIT_BITS * k) for k, d in enumerate(row)) for row in rows]
 
     def decode(self, digit_sums: np.ndarray) -> np.ndarray:
-        """:meth:`exact`, rounded to floats."""
-        return np.array([float(value) for value in self.exact(digit_sums)])
+        """:meth:`units` as numbers, rounded to floats once."""
+        return np.array(
+            [math.ldexp(float(u), -self.fraction_bits) for u in self.units(digit_sums)]
+        )
 
 
 #: ``sum y`` and ``Phi^T y``: up to ``MAX_CAP`` observations of values up to ``2^64``, in units
-#: of ``2^-64`` (five digits: ``2^96`` at most).
+#: of ``2^-64`` (five digits: ``2^96`` at most). :data:`FEATURE` has the same unit.
 LINEAR: Final = DigitCode(fraction_bits=64, digits=5)
 #: ``Phi^T 1`` of unit-norm features: at most ``MAX_CAP``, in units of ``2^-64``.
 FEATURE: Final = DigitCode(fraction_bits=64, digits=3)
@@ -156,7 +154,7 @@ def decode_statistics(
 
     The count and Gram entries are the sum at the ring's step. The sums with values are exact,
     and so is their centring (``sum (y - c)^2`` and ``Phi^T (y - c)`` for the pooled mean ``c``,
-    computed in rationals), so that standardizing them cancels nothing however far the values
+    computed in integers), so that standardizing them cancels nothing however far the values
     are from zero; ``sum (y - c)`` is then 0. Nothing is checked: a sum of dishonest inputs can
     be anything (with a count that is not positive, the values are left uncentred).
     """
@@ -175,25 +173,31 @@ def decode_statistics(
         start += _triangle(size)
     levels = np.rint(values[start:] / step).astype(np.int64)
 
-    def take(code: DigitCode, n: int) -> list[Fraction]:
+    def take(code: DigitCode, n: int) -> list[int]:
         nonlocal levels
         part, levels = levels[: code.digits * n], levels[code.digits * n :]
-        return code.exact(part)
+        return code.units(part)
 
-    (target_sum,), (square_sum,) = take(LINEAR, 1), take(SQUARE, 1)
-    centre = target_sum / Fraction(count) if count > 0 else Fraction(0)
+    # Exact integers: sum y = s / 2^64, sum y^2 = q / 2^128, Phi^T 1 = a / 2^64, Phi^T y = t / 2^64
+    # and the count n = num / den. With the centre c = sum y / n:
+    # Phi^T (y - c) = (t num 2^64 - s den a) / (2^128 num), sum (y - c)^2 = (q num - s^2 den) /
+    # (2^128 num): integers, divided once (correctly rounded).
+    (s,), (q,) = take(LINEAR, 1), take(SQUARE, 1)
+    num, den = count.as_integer_ratio() if count > 0 else (1, 0)  # den 0: left uncentred
+    scale = num << LINEAR.fraction_bits
+    below = num << (2 * LINEAR.fraction_bits)
     blocks = []
     for size, gram in zip(sizes, grams):
-        feature_sum, feature_target = take(FEATURE, size), take(LINEAR, size)
+        a, t = take(FEATURE, size), take(LINEAR, size)
         statistics = SufficientStatistics(size)
         statistics.count = count  # type: ignore[assignment]
-        statistics.target_sum = float(target_sum - centre * Fraction(count))
-        statistics.target_square_sum = float(
-            square_sum - 2 * centre * target_sum + centre * centre * Fraction(count)
+        statistics.target_sum = 0.0 if den else math.ldexp(float(s), -LINEAR.fraction_bits)
+        statistics.target_square_sum = (q * num - s * s * den) / below
+        statistics.feature_sum = np.array(
+            [math.ldexp(float(v), -FEATURE.fraction_bits) for v in a]
         )
-        statistics.feature_sum = np.array([float(v) for v in feature_sum])
         statistics.feature_target = np.array(
-            [float(ft - centre * fs) for ft, fs in zip(feature_target, feature_sum)]
+            [(tj * scale - s * den * aj) / below for tj, aj in zip(t, a)]
         )
         statistics.gram = gram
         blocks.append(statistics)
