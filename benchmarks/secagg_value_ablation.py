@@ -2,9 +2,10 @@
 
 On GP draws of ``fts_value.py`` (near-identical sites: ``f + 0.05 h_n``, normalized, noise
 0.01; with ``--heterogeneous``, ``f + 0.75 h_n`` times a scale and plus an offset of each
-site's own, as ``fts_value.py``'s heterogeneous sites), ``--sites`` sites each observe a Latin-hypercube design of ``--design`` points and the
-first broadcast is the pooled posterior on the feature block and noise (and, for the plain
-server, offsets) of largest evidence. Variants:
+site's own, as ``fts_value.py``'s heterogeneous sites), ``--sites`` sites each observe a
+Latin-hypercube design of ``--design`` points and the first broadcast is the pooled posterior
+on the feature block and noise (and, for the plain server, offsets) of largest evidence.
+Variants:
 
 * the plain server (:func:`~optuna_fedbo.core.pooling.select_posterior`): offsets chosen, or none;
 * secure aggregation as this release does it: each site's statistics encoded in the ring

@@ -38,7 +38,6 @@ from optuna_fedbo.federation.fts.secure import driver_of
 from optuna_fedbo.federation.fts.secure import pooled_from_sum
 from optuna_fedbo.federation.fts.secure import secure_input
 from optuna_fedbo.federation.keys import ParticipantKey
-from optuna_fedbo.federation.secagg import participant as participant_module
 from optuna_fedbo.federation.secagg.relay import message_key
 from optuna_fedbo.federation.secagg.relay import parse_key
 from optuna_fedbo.federation.secagg.relay import parse_message
