@@ -59,9 +59,11 @@ class SecureAggregation:
         max_observations: Pooled statistics: each participant's statistics enter as those of
             at most this many observations (a participant with more scales them down: the
             server's bound on one participant's weight, now applied by the participant), which
-            also bounds every coordinate of an input.
+            also bounds its count and Gram entries (at most ``2**31``).
         step: The fixed-point step: inputs are rounded to multiples of it (the sum is the plain
-            sum within ``N * step / 2`` per coordinate).
+            sum within ``N * step / 2`` per coordinate). The pooled statistics' sums that
+            involve the values are exact instead (:mod:`optuna_fedbo.core.secure_statistics`);
+            their base-``2^32`` digits are coordinates at this step.
         degree: An even number ``k`` of neighbours for SecAgg+'s sparse graph (Bell et al., CCS
             2020: each participant masks with, and secret-shares to, only its ``k`` neighbours
             of a Harary graph ``H(k, N)`` on a public random placement; cost ``O(k)`` per
