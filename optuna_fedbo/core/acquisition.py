@@ -264,8 +264,12 @@ def _refine(
 
     n_starts = len(starts)
     fixed = starts.copy()
+    all_free, negative_scales = bool(np.all(free)), -scales
 
     def negative_total(flat: np.ndarray) -> tuple[float, np.ndarray]:
+        if all_free:  # the same numbers without the copies (no categorical column)
+            values, grads = acquisition.values_and_grads(flat.reshape(n_starts, -1) * scales)
+            return -float(values.sum()), (grads * negative_scales).ravel()
         points = fixed.copy()
         points[:, free] = flat.reshape(n_starts, -1) * scales
         values, grads = acquisition.values_and_grads(points)

@@ -31,23 +31,35 @@ def log_h(z: np.ndarray) -> np.ndarray:
 
     Accurate for very negative ``z`` (via ``erfcx``), where the direct formula cancels.
     """
+    z = np.asarray(z, dtype=float)
+    direct = z > -1.0
+    if direct.all():  # one formula for all: no masked copies (the same numbers)
+        return _log_h_direct(z)
+    if not direct.any():
+        return _log_h_tail(z)
+    out = np.empty_like(z)
+    out[direct] = _log_h_direct(z[direct])
+    tail = ~direct
+    out[tail] = _log_h_tail(z[tail])
+    return out
+
+
+def _log_h_direct(z: np.ndarray) -> np.ndarray:
     import scipy.special
 
-    z = np.asarray(z, dtype=float)
-    out = np.empty_like(z)
-    direct = z > -1.0
-    zd = z[direct]
-    out[direct] = np.log(
-        np.exp(-0.5 * zd * zd) / math.sqrt(2 * math.pi) + zd * scipy.special.ndtr(zd)
-    )
-    zt = z[~direct]
-    # phi(z) + z Phi(z) = phi(z) (1 + z sqrt(pi/2) erfcx(-z / sqrt(2))).
-    out[~direct] = (
-        -0.5 * zt * zt
+    return np.log(np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi) + z * scipy.special.ndtr(z))
+
+
+def _log_h_tail(z: np.ndarray) -> np.ndarray:
+    """:func:`log_h` for ``z <= -1``: ``phi(z) + z Phi(z) = phi(z) (1 + z sqrt(pi/2)
+    erfcx(-z / sqrt(2)))``."""
+    import scipy.special
+
+    return (
+        -0.5 * z * z
         - _LOG_SQRT_2PI
-        + np.log1p(zt * _SQRT_HALF_PI * scipy.special.erfcx(-zt / math.sqrt(2.0)))
+        + np.log1p(z * _SQRT_HALF_PI * scipy.special.erfcx(-z / math.sqrt(2.0)))
     )
-    return out
 
 
 def _log_h_derivative(z: np.ndarray, log_h_z: np.ndarray) -> np.ndarray:

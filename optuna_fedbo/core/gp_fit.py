@@ -23,7 +23,7 @@ from optuna_fedbo.core.gp import lengthscale_prior_median
 from optuna_fedbo.core.gp import LENGTHSCALE_PRIOR_STD
 from optuna_fedbo.core.gp import LOG_2PI
 from optuna_fedbo.core.gp import matern52
-from optuna_fedbo.core.gp import matern52_derivative
+from optuna_fedbo.core.gp import matern52_with_derivative
 from optuna_fedbo.core.gp import MINIMUM_NOISE_VARIANCE
 from optuna_fedbo.core.gp import NOISE_PRIOR_RATE
 from optuna_fedbo.core.gp import NOISE_PRIOR_SHAPE
@@ -77,7 +77,10 @@ def log_posterior_and_grad(
     params = KernelParams.from_raw(raw, minimum_noise)
     inv_l2 = params.lengthscales**-2
     sq = sq_diff @ inv_l2
-    correlation = matern52(sq)
+    if with_grad:
+        correlation, derivative = matern52_with_derivative(sq)
+    else:
+        correlation, derivative = matern52(sq), None
     gram = params.signal_variance * correlation
     gram[np.diag_indices(n)] += params.noise_variance
     try:
@@ -91,14 +94,14 @@ def log_posterior_and_grad(
         - 0.5 * n * LOG_2PI
     )
     prior, prior_grad = _log_prior_and_grad(raw, minimum_noise)
-    if not with_grad:
+    if derivative is None:
         return lml + prior, None
     inverse = scipy.linalg.cho_solve((cholesky, True), np.eye(n), check_finite=False)
     # d lml / d theta = 0.5 tr((alpha alpha^T - K^-1) dK/d theta).
     w = np.outer(alpha, alpha) - inverse
     grad = np.empty_like(raw)
     # dK/d log l_d = sigma_f^2 Matern52'(r^2) (-2 (x_d - x'_d)^2 / l_d^2).
-    a = w * (params.signal_variance * matern52_derivative(sq))
+    a = w * (params.signal_variance * derivative)
     grad[:n_columns] = -(a.reshape(-1) @ sq_diff.reshape(n * n, n_columns)) * inv_l2
     grad[-2] = 0.5 * float(np.sum(w * gram)) - 0.5 * params.noise_variance * float(np.trace(w))
     grad[-1] = 0.5 * float(np.trace(w)) * (params.noise_variance - minimum_noise)

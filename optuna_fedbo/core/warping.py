@@ -44,6 +44,8 @@ class TailWarp:
         """The warped values (same shape)."""
         values = np.asarray(values, dtype=float)
         below = np.maximum(self.threshold - values, 0.0)
+        if not below.any():  # nothing below the threshold: the values themselves
+            return values.copy()
         return np.where(
             below > 0, self.threshold - self.spread * np.log1p(below / self.spread), values
         )
@@ -51,6 +53,8 @@ class TailWarp:
     def derivative(self, values: np.ndarray) -> np.ndarray:
         """The warp's derivative at ``values`` (one at and above the threshold)."""
         below = np.maximum(self.threshold - np.asarray(values, dtype=float), 0.0)
+        if not below.any():
+            return np.ones_like(below)
         return 1.0 / (1.0 + below / self.spread)
 
     def inverse(self, warped: np.ndarray) -> np.ndarray:

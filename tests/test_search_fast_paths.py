@@ -1,0 +1,87 @@
+"""The acquisition search's cheaper computations give the same numbers as the general ones."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from optuna_fedbo.core.acquisition import _refine
+from optuna_fedbo.core.gp import GaussianProcess
+from optuna_fedbo.core.gp import KernelParams
+from optuna_fedbo.core.gp import matern52
+from optuna_fedbo.core.gp import matern52_derivative
+from optuna_fedbo.core.gp import matern52_with_derivative
+from optuna_fedbo.core.gp_acquisition import log_h
+from optuna_fedbo.core.gp_acquisition import LogExpectedImprovement
+from optuna_fedbo.core.space import Box
+from optuna_fedbo.core.warping import TailWarp
+
+
+def test_matern52_with_derivative_is_bit_for_bit_the_two_functions() -> None:
+    rng = np.random.default_rng(0)
+    sq = np.concatenate([[0.0, 1e-300, 1e-12], rng.exponential(2.0, size=200), [700.0]])
+    sq = sq.reshape(-1, 12)
+    value, derivative = matern52_with_derivative(sq)
+    assert np.array_equal(value, matern52(sq))
+    assert np.array_equal(derivative, matern52_derivative(sq))
+    assert derivative[0, 0] == -5.0 / 6.0
+
+
+def test_log_h_is_the_same_number_on_every_path() -> None:
+    rng = np.random.default_rng(1)
+    z = np.concatenate([rng.uniform(-30.0, -1.0, 20), [-1.0, -0.999], rng.uniform(-1.0, 8.0, 20)])
+    rng.shuffle(z)
+    mixed = log_h(z)
+    one_by_one = np.array([log_h(z[i : i + 1])[0] for i in range(len(z))])
+    assert np.array_equal(mixed, one_by_one)
+    direct, tail = z > -1.0, z <= -1.0
+    assert np.array_equal(log_h(z[direct]), mixed[direct])  # all above -1
+    assert np.array_equal(log_h(z[tail]), mixed[tail])  # all at or below -1
+
+
+def test_tail_warp_without_a_tail_returns_a_copy_of_the_values_and_slope_one() -> None:
+    values = np.array([0.0, 0.1, 0.2, 0.3, 0.4, 5.0])
+    warp = TailWarp(values)
+    above = np.array([warp.threshold, warp.threshold + 1.0, 3.0])
+    warped = warp(above)
+    assert np.array_equal(warped, above) and warped is not above
+    warped[0] = -1.0
+    assert above[0] == warp.threshold  # the input is not changed through the result
+    assert np.array_equal(warp.derivative(above), np.ones(3))
+    # A value below the threshold takes the general path: compressed towards it.
+    low = np.append(above, warp.threshold - 3.0 * warp.spread)
+    assert warp(low)[-1] > low[-1] and np.array_equal(warp(low)[:-1], above)
+    assert warp.derivative(low)[-1] < 1.0 and np.all(warp.derivative(low)[:-1] == 1.0)
+
+
+class _WithFixedColumn:
+    """An acquisition of ``D`` columns as one of ``D + 1`` whose last column it ignores."""
+
+    def __init__(self, acquisition: LogExpectedImprovement) -> None:
+        self._acquisition = acquisition
+
+    def values(self, x: np.ndarray) -> np.ndarray:
+        return self._acquisition.values(x[:, :-1])
+
+    def values_and_grads(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        values, grads = self._acquisition.values_and_grads(x[:, :-1])
+        return values, np.hstack([grads, np.zeros((len(x), 1))])
+
+
+def test_refinement_without_categorical_columns_matches_the_general_path() -> None:
+    rng = np.random.default_rng(2)
+    X = rng.uniform(size=(30, 3))
+    y = np.sin(6.0 * X[:, 0]) + X[:, 1] * X[:, 2]
+    gp = GaussianProcess(X, y, KernelParams(np.array([0.3, 0.5, 0.8]), 1.2, 1e-3))
+    acquisition = LogExpectedImprovement(gp, float(y.max()))
+    starts = rng.uniform(size=(4, 3))
+    scales = gp.params.lengthscales
+    free = np.ones(3, dtype=bool)
+    fast = _refine(acquisition, starts, free, Box.unit(3), 20, scales)
+    # The same search with a fixed (categorical) fourth column takes the general path.
+    padded = np.hstack([starts, np.full((4, 1), 0.5)])
+    general = _refine(
+        _WithFixedColumn(acquisition), padded, np.append(free, False), Box.unit(4), 20, scales
+    )
+    assert np.array_equal(fast, general[:, :-1])
+    assert np.all(general[:, -1] == 0.5)
+    assert not np.array_equal(fast, starts)  # it did move
