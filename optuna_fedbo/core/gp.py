@@ -27,6 +27,7 @@ This module knows nothing of Optuna.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 import math
 
@@ -190,10 +191,6 @@ class GaussianProcess:
         self.X = X
         self.y = y
         self.params = params
-        self.has_prior_mean = prior_mean is not None
-        residual = y - prior
-        self.offset, self.scale = standardization(residual, y)
-        self._targets = (residual - self.offset) / self.scale
         self._scaled_X = X / params.lengthscales
         self._inv_l2 = params.lengthscales**-2
         self._scaled_norms = np.sum(self._scaled_X**2, axis=1)
@@ -204,10 +201,38 @@ class GaussianProcess:
                 diagonal[-noiseless_last:] = MINIMUM_NOISE_VARIANCE
             gram[np.diag_indices_from(gram)] += diagonal
             self._cholesky = scipy.linalg.cholesky(gram, lower=True, check_finite=False)
+        # (L^-1, K^-1) once computed (_inverse_factors); shared with the GPs of other prior
+        # means (with_prior_mean), whose kernel matrix is this one.
+        self._inverses: list[tuple[np.ndarray, np.ndarray]] = []
+        self._condition(prior, prior_mean is not None)
+
+    def _condition(self, prior: np.ndarray, has_prior_mean: bool) -> None:
+        """The targets and ``K^-1`` times them for the prior mean ``prior`` at ``X``."""
+        import scipy.linalg
+
+        self.has_prior_mean = has_prior_mean
+        residual = self.y - prior
+        self.offset, self.scale = standardization(residual, self.y)
+        self._targets = (residual - self.offset) / self.scale
+        with one_blas_thread():
             self._alpha = scipy.linalg.cho_solve(
                 (self._cholesky, True), self._targets, check_finite=False
             )
-        self._inverses: tuple[np.ndarray, np.ndarray] | None = None
+
+    def with_prior_mean(self, prior_mean: np.ndarray | None) -> GaussianProcess:
+        """The GP of the same points, values and hyperparameters with another prior mean.
+
+        The same as constructing it, bit for bit, without computing the kernel matrix and its
+        factorizations again: a prior mean moves only the targets (a participant conditions
+        its own GP's hyperparameters on the broadcast as prior mean at every trial).
+
+        Args:
+            prior_mean: The prior mean at ``X`` (same scale as ``y``), or ``None``.
+        """
+        _, _, prior = validate_data(self.X, self.y, prior_mean)
+        gp = copy.copy(self)
+        gp._condition(prior, prior_mean is not None)
+        return gp
 
     @property
     def n_observations(self) -> int:
@@ -242,13 +267,13 @@ class GaussianProcess:
         search scores about a thousand candidates and refines a few with ~20 gradients)."""
         import scipy.linalg
 
-        if self._inverses is None:
+        if not self._inverses:
             with one_blas_thread():
                 factor = scipy.linalg.solve_triangular(
                     self._cholesky, np.eye(len(self.X)), lower=True, check_finite=False
                 )
-                self._inverses = (factor, factor.T @ factor)
-        return self._inverses
+                self._inverses.append((factor, factor.T @ factor))
+        return self._inverses[0]
 
     def standardized_posterior(
         self, X: np.ndarray, *, with_grads: bool = False

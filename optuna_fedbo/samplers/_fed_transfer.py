@@ -17,7 +17,6 @@ from optuna.trial import FrozenTrial
 
 from optuna_fedbo.core.acquisition import ScaledFunction
 from optuna_fedbo.core.believer import believe
-from optuna_fedbo.core.gp import GaussianProcess
 from optuna_fedbo.core.gp_acquisition import LogExpectedImprovement
 from optuna_fedbo.core.gp_acquisition import maximize_on_gp
 from optuna_fedbo.core.gp_fit import GPFitState
@@ -233,10 +232,8 @@ class FedTransferSampler(FTSParticipant):
                 ScaledFunction(function, weight / spread, -weight * shift / spread), warp
             )
             # The own GP's hyperparameters, conditioned on the same points with the broadcast
-            # as prior mean: one fit per trial instead of two.
-            transfer_gp = GaussianProcess(
-                own.X, own.y, own.params, prior_mean=transfer_prior.values(own.X)
-            )
+            # as prior mean: one fit per trial instead of two, and one kernel matrix.
+            transfer_gp = own.with_prior_mean(transfer_prior.values(own.X))
             transfer = (transfer_gp, transfer_prior)
             if own_is_better:
                 self._record(study, trial, "own", broadcast.round)

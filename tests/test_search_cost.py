@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from optuna_fedbo.core.acquisition import _refine
 from optuna_fedbo.core.gp import GaussianProcess
@@ -85,3 +86,31 @@ def test_refinement_without_categorical_columns_matches_the_general_path() -> No
     assert np.array_equal(fast, general[:, :-1])
     assert np.all(general[:, -1] == 0.5)
     assert not np.array_equal(fast, starts)  # it did move
+
+
+def test_with_prior_mean_is_the_gp_constructed_with_it_sharing_the_factorization() -> None:
+    rng = np.random.default_rng(4)
+    X = rng.uniform(size=(25, 2))
+    y = np.cos(5.0 * X[:, 0]) + X[:, 1]
+    params = KernelParams(np.array([0.4, 0.6]), 1.3, 1e-3)
+    own = GaussianProcess(X, y, params)
+    prior = 0.7 * np.sin(4.0 * X[:, 1])
+    shared = own.with_prior_mean(prior)
+    built = GaussianProcess(X, y, params, prior_mean=prior)
+    points = rng.uniform(size=(9, 2))
+    at_points = 0.7 * np.sin(4.0 * points[:, 1])
+    assert shared.has_prior_mean and not own.has_prior_mean
+    for a, b in zip(
+        shared.standardized_posterior(points, with_grads=True),
+        built.standardized_posterior(points, with_grads=True),
+    ):
+        assert np.array_equal(a, b)
+    predictions = (gp.predict(points, at_points)[0] for gp in (shared, built))
+    assert np.array_equal(*predictions)
+    assert (shared.offset, shared.scale) == (built.offset, built.scale)
+    # The own GP is unchanged, and both use one kernel inverse.
+    assert np.array_equal(own.predict(points)[0], GaussianProcess(X, y, params).predict(points)[0])
+    assert shared._inverse_factors()[1] is own._inverse_factors()[1]
+    assert np.array_equal(shared.leave_one_out()[0], built.leave_one_out()[0])
+    with pytest.raises(ValueError, match="prior_mean"):
+        own.with_prior_mean(prior[:-1])
