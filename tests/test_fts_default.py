@@ -15,6 +15,7 @@ import pytest
 
 from optuna_fedbo import LocalGPSampler
 from optuna_fedbo.core.acquisition import LinearAcquisition
+from optuna_fedbo.core.gp import GaussianProcess
 from optuna_fedbo.core.gp_fit import REFIT_GROWTH
 from optuna_fedbo.core.local_model import normalization
 from optuna_fedbo.federation import Federation
@@ -181,18 +182,18 @@ def test_a_transfer_trial_fits_hyperparameters_once(monkeypatch: pytest.MonkeyPa
     """The GP with the broadcast as prior mean shares the own GP's hyperparameters: one fit per
     trial (two fits were 42% of a participant's trial at 20-60 trials)."""
     fits, gps = [], []
-    update_gp, gaussian_process = _fed_transfer.update_gp, _fed_transfer.GaussianProcess
+    update_gp, with_prior_mean = _fed_transfer.update_gp, GaussianProcess.with_prior_mean
 
     def counted(*args, **kwargs):
         fits.append(kwargs.get("prior_mean") is None)
         return update_gp(*args, **kwargs)
 
-    def kept(*args, **kwargs):
-        gps.append(gaussian_process(*args, **kwargs))
+    def kept(own: GaussianProcess, prior_mean: np.ndarray | None) -> GaussianProcess:
+        gps.append(with_prior_mean(own, prior_mean))
         return gps[-1]
 
     monkeypatch.setattr(_fed_transfer, "update_gp", counted)
-    monkeypatch.setattr(_fed_transfer, "GaussianProcess", kept)
+    monkeypatch.setattr(GaussianProcess, "with_prior_mean", kept)
     objectives, _ = _sites(0, 2, related=True)
     result = simulate(
         objectives, search_space=UNIT, n_rounds=3, protocol=FTSConfig(n_init=3), seed=0,
