@@ -1,4 +1,5 @@
-"""The acquisition search's cheaper computations give the same numbers as the general ones."""
+"""The acquisition search's cost: its cheaper computations give the same numbers as the general
+ones, and a line search that cannot succeed stops early."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import numpy as np
 import pytest
 
 from optuna_fedbo.core.acquisition import _refine
+from optuna_fedbo.core.acquisition import REFINE_MAX_LINE_SEARCH
 from optuna_fedbo.core.gp import GaussianProcess
 from optuna_fedbo.core.gp import KernelParams
 from optuna_fedbo.core.gp import matern52
@@ -86,6 +88,30 @@ def test_refinement_without_categorical_columns_matches_the_general_path() -> No
     assert np.array_equal(fast, general[:, :-1])
     assert np.all(general[:, -1] == 0.5)
     assert not np.array_equal(fast, starts)  # it did move
+
+
+class _UphillGradient:
+    """``-|x - 0.5|^2`` with its gradient's sign wrong: no line search along it succeeds."""
+
+    def __init__(self) -> None:
+        self.evaluations = 0
+
+    def values(self, x: np.ndarray) -> np.ndarray:
+        return -np.sum((x - 0.5) ** 2, axis=1)
+
+    def values_and_grads(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        self.evaluations += 1
+        return self.values(x), 2.0 * (x - 0.5)
+
+
+def test_a_failing_line_search_stops_after_the_capped_evaluations() -> None:
+    acquisition = _UphillGradient()
+    starts = np.random.default_rng(3).uniform(0.2, 0.8, size=(4, 3))
+    refined = _refine(acquisition, starts, np.ones(3, dtype=bool), Box.unit(3), 20, np.ones(3))
+    # SciPy's default (20 per line search) took 20 evaluations here.
+    assert REFINE_MAX_LINE_SEARCH < 20
+    assert acquisition.evaluations <= REFINE_MAX_LINE_SEARCH + 1
+    np.testing.assert_allclose(refined, starts, atol=1e-12)  # no step was accepted
 
 
 def test_with_prior_mean_is_the_gp_constructed_with_it_sharing_the_factorization() -> None:

@@ -113,6 +113,15 @@ class UpperConfidenceBound:
 LARGE_STUDY = MAX_GP_POINTS
 #: Tolerance of the L-BFGS-B refinement on the projected gradient (:func:`maximize`).
 REFINE_GTOL = 1e-2
+#: Most function evaluations of one L-BFGS-B line search in the refinement (SciPy's default
+#: is 20). With a broadcast as prior mean, a start at an observed point (the incumbent is a
+#: candidate) can sit where the posterior standard deviation is about 1e-4 and its rounding
+#: error as large as itself: there the line search failed twice, about 20 evaluations each,
+#: before L-BFGS-B gave up, in 16 of 86 searches at 15-100 trials (4-D, four sites, 2,742
+#: evaluations in all). With 8, those searches made 21% fewer evaluations and chose the same
+#: points in 73 of 86 (the others' log EI 0.0025 lower on average, 0.13 at most); a one-site
+#: federation's 86 searches chose the same points.
+REFINE_MAX_LINE_SEARCH = 8
 #: Spreads of the zoom rounds (:func:`maximize`), in units of the function's column scales.
 ZOOM_SPREADS = (0.1, 0.01)
 
@@ -285,7 +294,11 @@ def _refine(
         jac=True,
         method="L-BFGS-B",
         bounds=bounds,
-        options={"maxiter": max_iterations, "gtol": REFINE_GTOL},
+        options={
+            "maxiter": max_iterations,
+            "gtol": REFINE_GTOL,
+            "maxls": REFINE_MAX_LINE_SEARCH,
+        },
     )
     points = fixed.copy()
     points[:, free] = np.clip(
