@@ -221,6 +221,17 @@ def test_fit_on_tiny_data_does_not_interpolate_wildly() -> None:
     assert np.all((mean > 0.0) & (mean < 3.0))
 
 
+def test_fit_to_few_points_keeps_every_turning_dimension() -> None:
+    # Six points of a 4-D bowl that turns along every axis within the cube: the lengthscale
+    # prior's long tail keeps each lengthscale within twice the prior median (1 at D = 4), where
+    # the log-normal factor alone let the fit call some axis irrelevant (up to 3.2 here).
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        X = rng.uniform(size=(6, 4))
+        gp = fit_gp(X, -np.sum((X - 0.5) ** 2, axis=1), rng=np.random.default_rng(0))
+        assert gp.params.lengthscales.max() < 2.0
+
+
 def test_constant_values_fit() -> None:
     X = np.random.default_rng(0).uniform(size=(8, 3))
     gp = fit_gp(X, np.full(8, 4.0), rng=np.random.default_rng(0))

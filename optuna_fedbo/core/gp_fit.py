@@ -21,6 +21,7 @@ from optuna_fedbo.core.gp import GaussianProcess
 from optuna_fedbo.core.gp import KernelParams
 from optuna_fedbo.core.gp import lengthscale_prior_median
 from optuna_fedbo.core.gp import LENGTHSCALE_PRIOR_STD
+from optuna_fedbo.core.gp import LENGTHSCALE_TAIL_WEIGHT
 from optuna_fedbo.core.gp import LOG_2PI
 from optuna_fedbo.core.gp import matern52
 from optuna_fedbo.core.gp import matern52_with_derivative
@@ -39,8 +40,10 @@ def _log_prior_and_grad(raw: np.ndarray, minimum_noise: float) -> tuple[float, n
     centre = math.log(lengthscale_prior_median(n_columns))
     grad = np.zeros_like(raw)
     dev = (raw[:n_columns] - centre) / LENGTHSCALE_PRIOR_STD
-    value = -0.5 * float(dev @ dev)
-    grad[:n_columns] = -dev / LENGTHSCALE_PRIOR_STD
+    # The long tail: -a (l / m)^2, whose derivative in log l is -2 a (l / m)^2.
+    tail = LENGTHSCALE_TAIL_WEIGHT * np.exp(2.0 * (raw[:n_columns] - centre))
+    value = -0.5 * float(dev @ dev) - float(tail.sum())
+    grad[:n_columns] = -dev / LENGTHSCALE_PRIOR_STD - 2.0 * tail
     value -= 0.5 * (raw[-2] / SIGNAL_PRIOR_STD) ** 2
     grad[-2] = -raw[-2] / SIGNAL_PRIOR_STD**2
     excess = math.exp(raw[-1])
