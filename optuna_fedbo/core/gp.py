@@ -78,16 +78,11 @@ def matern52(squared_distance: np.ndarray) -> np.ndarray:
     return r
 
 
-def matern52_derivative(squared_distance: np.ndarray) -> np.ndarray:
-    """``d Matern52 / d(r^2)`` (finite at ``r = 0``: ``-5/6``)."""
-    r = np.sqrt(5.0 * squared_distance)
-    return (-5.0 / 6.0) * (1.0 + r) * np.exp(-r)
-
-
 def matern52_with_derivative(squared_distance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`matern52` and :func:`matern52_derivative` at once, bit for bit the same: one
-    square root and one exponential instead of two each (an acquisition gradient needs both,
-    and on its few points the array operations' overhead, not their arithmetic, is the cost)."""
+    """:func:`matern52` and its derivative ``d Matern52 / d(r^2) = -5/6 (1 + r) exp(-r)``
+    (finite at ``r = 0``: ``-5/6``) at once: one square root and one exponential (an
+    acquisition gradient needs both, and on its few points the array operations' overhead, not
+    their arithmetic, is the cost)."""
     r = np.multiply(squared_distance, 5.0)
     np.sqrt(r, out=r)
     decay = np.negative(r)

@@ -23,6 +23,7 @@ the Gram matrices, bounded by the participant's weight cap, stay at the ring's o
 from __future__ import annotations
 
 from dataclasses import dataclass
+from dataclasses import replace
 import math
 from typing import Final
 
@@ -140,9 +141,12 @@ def encode_statistics(blocks: list[SufficientStatistics], ring: RingSpec) -> np.
             f"the statistics need {len(at_step) + len(exact)} ring coordinates, the ring has "
             f"{ring.dimension}."
         )
-    head = RingSpec(bits=ring.bits, step=ring.step, bound=ring.bound, dimension=len(at_step))
-    tail = RingSpec(bits=ring.bits, step=ring.step, bound=ring.bound, dimension=len(exact))
-    return np.concatenate([encode(at_step, head), to_ring(exact, tail)])
+    return np.concatenate(
+        [
+            encode(at_step, replace(ring, dimension=len(at_step))),
+            to_ring(exact, replace(ring, dimension=len(exact))),
+        ]
+    )
 
 
 def decode_statistics(
