@@ -128,6 +128,40 @@ def _federation(n_clients: int = 2, **protocol) -> Federation:
     )
 
 
+def test_the_search_refines_the_best_region_instead_of_the_corners() -> None:
+    # A rotated 4-D Styblinski-Tang bowl (quartic walls, its optimum inside the cube), one
+    # participant alone: with the GP's constant mean at the worst value seen, 9 of the 45
+    # suggestions after the design lie on the cube's boundary (30 of 45 with the values'
+    # average: expected improvement then favours the unexplored corners).
+    space = {f"x{i}": FloatDistribution(0.0, 1.0) for i in range(4)}
+
+    def bowl(seed: int):
+        rng = np.random.default_rng(seed)
+        rotation, _ = np.linalg.qr(rng.standard_normal((4, 4)))
+        centre = rng.uniform(0.3, 0.7, 4)
+
+        def objective(trial: optuna.Trial) -> float:
+            x = np.array([trial.suggest_float(name, 0.0, 1.0) for name in space])
+            z = 6.0 * (x - centre) @ rotation.T - 2.9035
+            return float(-0.5 * np.sum(z**4 - 16.0 * z**2 + 5.0 * z))
+
+        return objective
+
+    on_boundary = 0
+    for seed in (0, 2, 4):
+        study = simulate(
+            [bowl(seed)],
+            search_space=space,
+            n_rounds=15,
+            protocol=FTSConfig(min_contributors=1),
+            seed=seed,
+            progress=False,
+        ).studies[0]
+        X = np.array([[t.params[name] for name in space] for t in study.trials[5:]])
+        on_boundary += int(np.sum(np.any((X < 1e-6) | (X > 1.0 - 1e-6), axis=1)))
+    assert on_boundary <= 15
+
+
 def test_initial_design_is_a_latin_hypercube_over_the_whole_space() -> None:
     fed = _federation()
     study = optuna.create_study(sampler=FedTransferSampler(fed, "a", seed=0))

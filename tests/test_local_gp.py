@@ -23,6 +23,7 @@ from optuna_fedbo import LocalGPSampler
 from optuna_fedbo.core.acquisition import LARGE_STUDY
 from optuna_fedbo.core.acquisition import LinearAcquisition
 from optuna_fedbo.core.acquisition import search_budget
+from optuna_fedbo.core.believer import believe
 from optuna_fedbo.core.gp import GaussianProcess
 from optuna_fedbo.core.gp import KernelParams
 from optuna_fedbo.core.gp import squared_differences
@@ -230,6 +231,35 @@ def test_fit_to_few_points_keeps_every_turning_dimension() -> None:
         X = rng.uniform(size=(6, 4))
         gp = fit_gp(X, -np.sum((X - 0.5) ** 2, axis=1), rng=np.random.default_rng(0))
         assert gp.params.lengthscales.max() < 2.0
+
+
+def test_worst_constant_mean_expects_the_worst_value_far_from_the_data() -> None:
+    # Points in one corner; far from them the posterior mean returns to the constant mean: the
+    # values' average by default, their minimum with constant_mean="worst" (after a prior
+    # mean, the residuals' minimum), and a GP derived from it (another prior mean, believed
+    # running points) keeps it.
+    rng = np.random.default_rng(0)
+    X = 0.2 * rng.uniform(size=(12, 2))
+    y = np.sin(20.0 * X[:, 0]) + X[:, 1]
+    params = KernelParams(np.array([0.05, 0.05]), 1.0, 1e-4)
+    far = np.array([[0.95, 0.95]])
+    mean_gp = GaussianProcess(X, y, params)
+    worst_gp = GaussianProcess(X, y, params, constant_mean="worst")
+    assert mean_gp.predict(far)[0][0] == pytest.approx(y.mean(), abs=1e-6)
+    assert worst_gp.predict(far)[0][0] == pytest.approx(y.min(), abs=1e-6)
+    # The fit and update_gp pass it on.
+    fitted = fit_gp(X, y, rng=np.random.default_rng(0), constant_mean="worst")
+    assert fitted.constant_mean == "worst" and fitted.offset == pytest.approx(y.min())
+    updated, _ = update_gp(X, y, None, np.random.default_rng(0), constant_mean="worst")
+    assert updated.constant_mean == "worst"
+    prior = 0.5 * X[:, 1]
+    shifted = worst_gp.with_prior_mean(prior)
+    assert shifted.offset == pytest.approx(np.min(y - prior))
+    believed = believe(worst_gp, np.array([[0.5, 0.5]]))
+    assert believed.constant_mean == "worst"
+    assert believed.predict(far)[0][0] == pytest.approx(min(y.min(), believed.y[-1]), abs=1e-6)
+    with pytest.raises(ValueError, match="constant_mean"):
+        GaussianProcess(X, y, params, constant_mean="best")
 
 
 def test_constant_values_fit() -> None:

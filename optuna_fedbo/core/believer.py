@@ -46,6 +46,7 @@ def believe(
         np.concatenate([gp.y, believed]),
         gp.params,
         prior_mean=prior,
+        constant_mean=gp.constant_mean,
         noiseless_last=len(running),
     )
 

@@ -6,10 +6,11 @@ The model of :class:`GaussianProcess` (one participant's own trials, encoded int
     k(x, x') = sigma_f^2 Matern52(r),       r^2 = sum_d (x_d - x'_d)^2 / l_d^2
 
 ``m`` is an optional prior mean supplied by the caller (e.g. a federation's broadcast prediction),
-``c`` and ``s_y`` are the mean and standard deviation of the residuals ``y - m(X)`` (the
-standardization), and ``l`` (one lengthscale per column: ARD), ``sigma_f^2`` and ``sigma_n^2``
-are chosen by maximizing the marginal likelihood of the standardized residuals plus a log prior
-(MAP), in log space with L-BFGS-B and analytic gradients (:mod:`optuna_fedbo.core.gp_fit`).
+``s_y`` is the standard deviation of the residuals ``y - m(X)`` and ``c`` their mean or, with
+``constant_mean="worst"``, their minimum (the standardization; see :data:`CONSTANT_MEANS`), and
+``l`` (one lengthscale per column: ARD), ``sigma_f^2`` and ``sigma_n^2`` are chosen by
+maximizing the marginal likelihood of the standardized residuals plus a log prior (MAP), in log
+space with L-BFGS-B and analytic gradients (:mod:`optuna_fedbo.core.gp_fit`).
 
 Priors (on standardized values, unit-cube inputs) keep tiny data sets from overfitting:
 
@@ -172,6 +173,7 @@ class GaussianProcess:
         params: Kernel hyperparameters on standardized values.
         prior_mean: The prior mean at ``X`` (same scale as ``y``), or ``None`` for a constant
             prior mean (the residuals' mean).
+        constant_mean: The constant added to the prior mean, one of :data:`CONSTANT_MEANS`.
         noiseless_last: How many of the last rows are conditioned on without observation noise
             (only :data:`MINIMUM_NOISE_VARIANCE` as jitter): values the model believes rather
             than measured (:func:`~optuna_fedbo.core.believer.believe`).
@@ -184,11 +186,13 @@ class GaussianProcess:
         params: KernelParams,
         *,
         prior_mean: np.ndarray | None = None,
+        constant_mean: str = "mean",
         noiseless_last: int = 0,
     ) -> None:
         import scipy.linalg
 
         X, y, prior = validate_data(X, y, prior_mean)
+        check_constant_mean(constant_mean)
         if params.lengthscales.shape != (X.shape[1],):
             raise ValueError(
                 f"Expected {X.shape[1]} lengthscales, got {params.lengthscales.shape[0]}."
@@ -196,6 +200,7 @@ class GaussianProcess:
         self.X = X
         self.y = y
         self.params = params
+        self.constant_mean = constant_mean
         self._scaled_X = X / params.lengthscales
         self._inv_l2 = params.lengthscales**-2
         self._scaled_norms = np.sum(self._scaled_X**2, axis=1)
@@ -217,7 +222,7 @@ class GaussianProcess:
 
         self.has_prior_mean = has_prior_mean
         residual = self.y - prior
-        self.offset, self.scale = standardization(residual, self.y)
+        self.offset, self.scale = standardization(residual, self.y, self.constant_mean)
         self._targets = (residual - self.offset) / self.scale
         with one_blas_thread():
             self._alpha = scipy.linalg.cho_solve(
@@ -454,9 +459,27 @@ def validate_data(
     return X, y, prior
 
 
-def standardization(residual: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """Mean and scale of the residuals (the scale of ``y``, else 1, when they are constant)."""
-    offset = float(np.mean(residual))
+#: The constants a :class:`GaussianProcess` adds to its prior mean: ``"mean"``, the residuals'
+#: mean (the usual choice, symmetric in the values' sign); ``"worst"``, their minimum, for values
+#: where larger is better (De Ath, Fieldsend and Everson, "What do you mean? The role of the mean
+#: function in Bayesian optimisation", GECCO 2020: far from the data the model expects the worst
+#: value seen, not an average one, so that expected improvement stops favouring the unexplored
+#: corners of the box over the region around the best points).
+CONSTANT_MEANS = ("mean", "worst")
+
+
+def check_constant_mean(constant_mean: str) -> None:
+    """Raise ``ValueError`` unless ``constant_mean`` is one of :data:`CONSTANT_MEANS`."""
+    if constant_mean not in CONSTANT_MEANS:
+        raise ValueError(f"constant_mean must be one of {CONSTANT_MEANS}, got {constant_mean!r}.")
+
+
+def standardization(
+    residual: np.ndarray, y: np.ndarray, constant_mean: str = "mean"
+) -> tuple[float, float]:
+    """The constant (:data:`CONSTANT_MEANS`) and the scale of the residuals (the scale of ``y``,
+    else 1, when they are constant)."""
+    offset = float(np.mean(residual) if constant_mean == "mean" else np.min(residual))
     for candidate in (float(np.std(residual)), float(np.std(y))):
         if candidate > 1e-12 * max(1.0, float(np.max(np.abs(y)))):
             return offset, candidate

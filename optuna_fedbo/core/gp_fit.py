@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from optuna_fedbo.core.gp import check_constant_mean
 from optuna_fedbo.core.gp import GaussianProcess
 from optuna_fedbo.core.gp import KernelParams
 from optuna_fedbo.core.gp import lengthscale_prior_median
@@ -116,6 +117,7 @@ def fit_gp(
     y: np.ndarray,
     *,
     prior_mean: np.ndarray | None = None,
+    constant_mean: str = "mean",
     warm_start: GaussianProcess | KernelParams | None = None,
     rng: np.random.Generator | None = None,
     n_restarts: int = 1,
@@ -133,6 +135,8 @@ def fit_gp(
         X: Encoded inputs of shape ``(n, D)``.
         y: Values of shape ``(n,)``.
         prior_mean: The prior mean at ``X`` (same scale as ``y``), or ``None``.
+        constant_mean: The constant added to the prior mean
+            (:data:`~optuna_fedbo.core.gp.CONSTANT_MEANS`).
         warm_start: A previous fit (or its parameters) to start from; ignored if its dimension
             differs.
         rng: Source of randomness for the random start points.
@@ -145,10 +149,11 @@ def fit_gp(
         The fitted :class:`GaussianProcess`.
     """
     X, y, prior = validate_data(X, y, prior_mean)
+    check_constant_mean(constant_mean)
     rng = rng if rng is not None else np.random.default_rng()
     n_columns = X.shape[1]
     residual = y - prior
-    offset, scale = standardization(residual, y)
+    offset, scale = standardization(residual, y, constant_mean)
     targets = (residual - offset) / scale
     sq_diff = squared_differences(X, X)
 
@@ -180,7 +185,7 @@ def fit_gp(
             if value > best_value:
                 best_raw, best_value = raw, value
     params = KernelParams.from_raw(best_raw, minimum_noise)
-    return GaussianProcess(X, y, params, prior_mean=prior_mean)
+    return GaussianProcess(X, y, params, prior_mean=prior_mean, constant_mean=constant_mean)
 
 
 def _maximize(
@@ -244,6 +249,7 @@ def update_gp(
     rng: np.random.Generator,
     *,
     prior_mean: np.ndarray | None = None,
+    constant_mean: str = "mean",
     max_points: int = MAX_GP_POINTS,
     refit_growth: float = REFIT_GROWTH,
 ) -> tuple[GaussianProcess, GPFitState]:
@@ -259,6 +265,8 @@ def update_gp(
         last_fit: The previous fit, or ``None`` (it is ignored if its dimension differs).
         rng: Source of randomness for the subset and the fit's start points.
         prior_mean: The prior mean at ``X``, or ``None``.
+        constant_mean: The constant added to the prior mean
+            (:data:`~optuna_fedbo.core.gp.CONSTANT_MEANS`).
         max_points: Cap on the number of observations modelled.
         refit_growth: Growth factor of the data that triggers a refit.
 
@@ -274,11 +282,15 @@ def update_gp(
         warm = last_fit.params
     if warm is not None and last_fit is not None:
         if REFIT_FROM <= n < refit_growth * last_fit.n_observations:
-            return GaussianProcess(X, y, warm, prior_mean=prior), last_fit
+            return (
+                GaussianProcess(X, y, warm, prior_mean=prior, constant_mean=constant_mean),
+                last_fit,
+            )
     gp = fit_gp(
         X,
         y,
         prior_mean=prior,
+        constant_mean=constant_mean,
         warm_start=warm,
         rng=rng,
         n_restarts=0 if warm is not None else 1,

@@ -65,7 +65,10 @@ class FedTransferSampler(FTSParticipant):
       grown by 10% (:func:`~optuna_fedbo.core.gp_fit.update_gp`; in between conditioned on the
       new data). The weight is computed again as often, or when a broadcast comes on another
       feature block; in between each new broadcast enters with the last weight. Without a
-      broadcast the GP has no prior mean.
+      broadcast the GP has no prior mean. The GP's constant mean is the worst value seen (of
+      the values less the prior mean): far from the trials it expects the worst, not an
+      average value (:data:`~optuna_fedbo.core.gp.CONSTANT_MEANS`), so that expected
+      improvement refines the region of the best trials instead of the box's corners.
       When, over the latest ten trials, the participant's GP alone ordered each new value
       against the earlier ones better than the GP with the broadcast did (both predicting it
       before it was observed: :class:`~optuna_fedbo.core.transfer.OneStepRanking`), the trial
@@ -199,7 +202,7 @@ class FedTransferSampler(FTSParticipant):
         # The GPs model the values with their lower tail compressed (core/warping.py).
         warp = TailWarp(values)
         warped = warp(values)
-        own, own_fit = update_gp(points, warped, own_fit, self._rng)
+        own, own_fit = update_gp(points, warped, own_fit, self._rng, constant_mean="worst")
         gp, prior_function, transfer = own, None, None
         if function is None:
             self._record(study, trial, "fallback")
