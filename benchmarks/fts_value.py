@@ -819,8 +819,32 @@ def report(name, per_seed, checkpoints, facts) -> None:
         line += f" {spread / np.sqrt(len(per_seed)):11.4f}"
         print(line)
     print("best stock: " + ", ".join(f"@{t}: {best_stock[t]}" for t in checkpoints))
+    paired(means, checkpoints)
     for k, v in facts.items():
         print(f"{k}: {np.mean(v):.3g} (mean of {len(v)})")
+
+
+#: Federated methods, compared paired with the first of them that ran (:func:`paired`).
+FEDERATED = ("fts", "fts-secagg", "fts-v1", "pooled-gp")
+
+
+def paired(means: dict[str, np.ndarray], checkpoints: list[int]) -> None:
+    """Each federated method against the first one that ran, paired on the seed functions:
+    the mean of the per-seed difference of mean regret (method minus reference) at each
+    checkpoint, its standard error, and the seed functions on which the method is below."""
+    federated = [m for m in FEDERATED if m in means]
+    if len(federated) < 2:
+        return
+    reference, n_seeds = federated[0], len(means[federated[0]])
+    print(f"paired vs {reference}: difference of mean regret +- se (wins = method below)")
+    for m in federated[1:]:
+        line = f"  {m:10s}"
+        for t in checkpoints:
+            difference = means[m][:, t - 1] - means[reference][:, t - 1]
+            se = difference.std(ddof=1) / np.sqrt(n_seeds) if n_seeds > 1 else float("nan")
+            wins = int(np.sum(difference < 0))
+            line += f"  @{t}: {difference.mean():+.4f} +- {se:.4f} ({wins}/{n_seeds})"
+        print(line)
 
 
 def plot(all_results, quick: bool, suffix: str = "") -> None:
