@@ -15,8 +15,8 @@ budget of ``--trials`` trials. Side by side, on the same sites and seeds:
   run with
   :func:`~optuna_fedbo.simulation.simulate` in lock-step rounds;
 * ``fts-secagg``: ``fts`` under secure aggregation (:class:`~optuna_fedbo.SecureAggregation`:
-  the server learns only the sum of the sites' statistics, so each site standardizes its own
-  values and the server can neither offset nor weigh one site); on DP problems, DP-FTS under
+  the server learns only the sum of the sites' statistics, so it standardizes everyone's values
+  together from exact sums but can neither offset nor weigh one site); on DP problems, DP-FTS under
   secure aggregation with distributed Skellam noise (:data:`SECAGG_DP`: no subsampling, which
   could not amplify privacy against the server, so ``z = 3`` for about the epsilon the server's
   ``z = 1, q = 0.25`` spends over 15 to 40 rounds; both epsilons are printed);
@@ -819,8 +819,29 @@ def report(name, per_seed, checkpoints, facts) -> None:
         line += f" {spread / np.sqrt(len(per_seed)):11.4f}"
         print(line)
     print("best stock: " + ", ".join(f"@{t}: {best_stock[t]}" for t in checkpoints))
+    paired(means, checkpoints)
     for k, v in facts.items():
         print(f"{k}: {np.mean(v):.3g} (mean of {len(v)})")
+
+
+def paired(means: dict[str, np.ndarray], checkpoints: list[int]) -> None:
+    """Each federated method against the first one that ran, paired on the seed functions:
+    the mean of the per-seed difference of mean regret (method minus reference) at each
+    checkpoint, its standard error, and the seed functions on which the method is below."""
+    federated = [m for m in means if m not in STOCK and m not in local_samplers(0)]
+    if len(federated) < 2:
+        return
+    reference, n_seeds = federated[0], len(means[federated[0]])
+    print(f"paired vs {reference}: difference of mean regret +- se (wins = method below)")
+    width = max(len(m) for m in federated)
+    for m in federated[1:]:
+        line = f"  {m:{width}s}"
+        for t in checkpoints:
+            difference = means[m][:, t - 1] - means[reference][:, t - 1]
+            se = difference.std(ddof=1) / np.sqrt(n_seeds) if n_seeds > 1 else float("nan")
+            wins = int(np.sum(difference < 0))
+            line += f"  @{t}: {difference.mean():+.4f} +- {se:.4f} ({wins}/{n_seeds})"
+        print(line)
 
 
 def plot(all_results, quick: bool, suffix: str = "") -> None:

@@ -24,12 +24,24 @@ and each variant's paired difference to this release's secure aggregation.
 
 Run: ``python benchmarks/secagg_value_ablation.py --dims 2 --lengthscale 0.1 --seeds 30`` and
 ``... --heterogeneous --sites 5 --lengthscale 0.2 --seeds 30``.
+
+``--regret "gp D=2 l=0.1 identical N=10"`` (a problem of ``fts_value.py``'s grid) runs the
+whole optimization instead, ``fts`` and ``fts-secagg`` as there and ``fts-secagg-centred``:
+secure aggregation with each site's features and values centred on their own means before
+masking (:func:`_own_offset_eliminated`), and prints ``fts_value.py``'s tables with the paired
+differences to ``fts``. Curves are kept in ``--curves`` per commit, method and seed, so that
+runs of one method at a time combine.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+import contextlib
+import math
+import os
+import subprocess
+from unittest import mock
 
 import fts_value
 import numpy as np
@@ -37,11 +49,13 @@ import numpy as np
 from optuna_fedbo.core.pooling import pack_blocks
 from optuna_fedbo.core.pooling import pooling_feature_maps
 from optuna_fedbo.core.pooling import select_posterior
+from optuna_fedbo.core.pooling import unpack_blocks
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.core.rff import multiscale_range
 from optuna_fedbo.core.rff import RandomFourierFeatures
 from optuna_fedbo.core.secagg.ring import decode
 from optuna_fedbo.core.secure_statistics import decode_statistics
+from optuna_fedbo.core.secure_statistics import encode_statistics
 from optuna_fedbo.core.secure_statistics import input_length
 from optuna_fedbo.core.space import Dimension
 from optuna_fedbo.core.space import UnitCubeEncoding
@@ -156,6 +170,68 @@ def broadcasts(
     return (truth - low) / (high - low), functions
 
 
+# ------------------------------------------------------------------------ whole optimizations
+@contextlib.contextmanager
+def _centred_sites():
+    """Secure aggregation with each site's statistics centred before masking (a free offset per
+    site), the server's consistency check (trace = count, which centring breaks) left out."""
+    pooled_from_sum = secure.pooled_from_sum
+
+    def centred_input(omega, n_features, cap, ring):  # noqa: ANN001, ANN202
+        blocks = [secure._weighed(b, cap) for b in unpack_blocks(omega, n_features)]
+        return encode_statistics([_own_offset_eliminated(b, 0.0) for b in blocks], ring)
+
+    def unchecked(values, n_features, round_index, step, slack, **kept):  # noqa: ANN001, ANN003, ANN202
+        return pooled_from_sum(values, n_features, round_index, step, math.inf, **kept)
+
+    with (
+        mock.patch.object(secure, "secure_input", centred_input),
+        mock.patch.object(secure, "pooled_from_sum", unchecked),
+    ):
+        yield
+
+
+VARIANTS = {"fts": "fts", "fts-secagg": "fts-secagg", "fts-secagg-centred": "fts-secagg"}
+
+
+def regret(row: str, n_seeds: int, n_trials: int, methods: list[str], folder: str) -> None:
+    """``fts_value.py``'s tables for ``methods`` (of :data:`VARIANTS`) on the problem ``row``."""
+    (make,) = [make for name, make in _problems() if name == row]
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    per_seed = []
+    for seed in range(n_seeds):
+        problem, curves = make(seed), {}
+        for method in methods:
+            path = os.path.join(folder, f"{row}_{commit}_{method}_T{n_trials}_s{seed}.npy")
+            if not os.path.exists(path):
+                patch = (
+                    _centred_sites() if method.endswith("centred") else contextlib.nullcontext()
+                )
+                with patch:
+                    run, _ = fts_value.run_problem(problem, n_trials, seed, [VARIANTS[method]], 4)
+                os.makedirs(folder, exist_ok=True)
+                np.save(path, run[VARIANTS[method]])
+            curves[method] = np.load(path)
+        per_seed.append(fts_value.regrets(problem, curves))
+    checkpoints = [t for t in (5, 10, 20, 40) if t <= n_trials]
+    fts_value.report(row, per_seed, checkpoints, {})
+
+
+def _problems() -> list[tuple[str, Callable[[int], fts_value.Problem]]]:
+    rows = [
+        (d, ls, r) for d in (1, 2, 3) for ls in (0.1, 0.2) for r in ("identical", "heterogeneous")
+    ]
+    return [
+        (
+            fts_value.gp_name(d, ls, r, 10),
+            lambda s, d=d, ls=ls, r=r: fts_value.gp_problem(d, ls, r, 10, s),
+        )
+        for d, ls, r in rows
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dims", type=int, default=2)
@@ -164,7 +240,16 @@ def main() -> None:
     parser.add_argument("--sites", type=int, default=10)
     parser.add_argument("--design", type=int, default=5)
     parser.add_argument("--heterogeneous", action="store_true")
+    parser.add_argument("--regret", default=None, help="a problem of fts_value.py's grid")
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--methods", default=",".join(VARIANTS))
+    parser.add_argument("--curves", default="benchmarks/results/cache/secagg_ablation")
     args = parser.parse_args()
+    if args.regret:
+        fts_value.optuna.logging.set_verbosity(fts_value.optuna.logging.ERROR)
+        fts_value.warnings.filterwarnings("ignore", category=fts_value.ExperimentalWarning)
+        regret(args.regret, args.seeds, args.trials, args.methods.split(","), args.curves)
+        return
     correlations: dict[str, list[float]] = {}
     regrets: dict[str, list[float]] = {}
     for seed in range(args.seeds):

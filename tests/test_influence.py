@@ -170,8 +170,8 @@ def test_the_pooled_broadcast_is_clipped_to_the_bound_whatever_the_posterior(mon
     server = FederationServer(fed)
     huge = np.full(M, 1e6)  # a posterior mean the model's prior does not allow
     monkeypatch.setattr(
-        "optuna_fedbo.federation.fts.server.choose_posterior",
-        lambda participants, keep=None: (PoolingChoice(0, 1e-2, 0.0), huge),
+        "optuna_fedbo.core.pooling.choose_posterior",
+        lambda participants, keep=None, **options: (PoolingChoice(0, 1e-2, 0.0), huge),
     )
     for i in range(2):
         upload = pack_blocks([_statistics(f, *_honest(i)) for f in fed.pooling_features()])

@@ -435,13 +435,13 @@ def test_a_pooled_participant_refreshes_its_statistics_every_five_percent(monkey
     5%; in between the last ones again, by digest, and the server reuses its posterior."""
     pooled, chosen = [], []
 
-    def counted(statistics, keep=None):  # noqa: ANN001, ANN202
+    def counted(statistics, keep=None, **options):  # noqa: ANN001, ANN003, ANN202
         pooled.append(statistics[0][0].count)
         if keep is None:
             chosen.append(statistics[0][0].count)
-        return choose_posterior(statistics, keep=keep)
+        return choose_posterior(statistics, keep=keep, **options)
 
-    monkeypatch.setattr("optuna_fedbo.federation.fts.server.choose_posterior", counted)
+    monkeypatch.setattr("optuna_fedbo.core.pooling.choose_posterior", counted)
     fed = _federation(n_clients=1, n_init=2)
     server = FederationServer(fed, discard_uploads=False)
     study = optuna.create_study(sampler=FedTransferSampler(fed, "c0", seed=0))

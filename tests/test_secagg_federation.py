@@ -19,7 +19,9 @@ import pytest
 
 import optuna_fedbo as fb
 from optuna_fedbo.core.pooling import block_sizes
+from optuna_fedbo.core.pooling import choose_posterior
 from optuna_fedbo.core.pooling import pack_blocks
+from optuna_fedbo.core.pooling import PoolingChoice
 from optuna_fedbo.core.pooling import select_posterior
 from optuna_fedbo.core.pooling import unpack_blocks
 from optuna_fedbo.core.posterior import SufficientStatistics
@@ -136,9 +138,9 @@ class _Round:
 def capture_sum(monkeypatch):
     sums: list[np.ndarray] = []
 
-    def spy(values, n_features, round_index, step, slack):
+    def spy(values, n_features, round_index, step, slack, **kept):
         sums.append(np.array(values))
-        return pooled_from_sum(values, n_features, round_index, step, slack)
+        return pooled_from_sum(values, n_features, round_index, step, slack, **kept)
 
     monkeypatch.setattr(secure, "pooled_from_sum", spy)
     return sums
@@ -632,6 +634,34 @@ def test_the_sum_is_pooled_as_everyones_values_standardized_together() -> None:
     # Each site's own statistics differ from the pooled values' standardization.
     alone = select_posterior([unpack_blocks(packed[3], M)], offset_scales=(0.0,))[1]
     assert not np.allclose(alone, mean, atol=1e-2)
+
+
+def test_the_server_keeps_its_pooling_choice_as_the_plain_server_does(monkeypatch) -> None:
+    """Block and noise are chosen again only once the same contributors' summed count has grown
+    by 10% since the choice (the plain server's rule); in between, the kept choice's posterior
+    is published."""
+    calls: list[tuple[float, PoolingChoice | None, PoolingChoice]] = []
+
+    def spy(participants, keep=None, **options):  # noqa: ANN001, ANN003, ANN202
+        choice, mean = choose_posterior(participants, keep=keep, **options)
+        calls.append((float(participants[0][0].count), keep, choice))
+        return choice, mean
+
+    monkeypatch.setattr("optuna_fedbo.core.pooling.choose_posterior", spy)
+    fed = _federation()
+    driven = _Round(fed, FederationServer(fed))
+    everyone = [f"c{i}" for i in range(4)]
+    for n, drop_after in ((6, None), (6, None), (7, None), (7, {"c3": 1})):
+        driven.upload(everyone, n=n)
+        report = driven.run(drop_after=drop_after)
+        assert report is not None and report.published
+    (first, _, chosen), (second, kept, again), (third, fresh, _), (fourth, other, _) = calls
+    assert first == second == 24 and third == 28 and fourth == 21
+    # Round 1: the same four at the same count, the choice kept; round 2: 28 >= 1.1 * 24,
+    # chosen anew; round 3: c3 dropped out, other contributors, chosen anew.
+    assert kept == chosen == again and fresh is None and other is None
+    broadcast = fed.latest_broadcast()
+    assert broadcast is not None and broadcast.n_contributors == 3
 
 
 def test_an_input_whose_sum_was_unmasked_is_never_masked_again(capture_sum, caplog) -> None:

@@ -76,9 +76,9 @@ def test_sigkilled_participants_after_keys_and_after_shares(tmp_path, monkeypatc
 
     sums: list[np.ndarray] = []
 
-    def spy(values, n_features, round_index, step, slack):
+    def spy(values, n_features, round_index, step, slack, **kept):
         sums.append(np.array(values))
-        return pooled_from_sum(values, n_features, round_index, step, slack)
+        return pooled_from_sum(values, n_features, round_index, step, slack, **kept)
 
     monkeypatch.setattr(SecAggCoordinator, "_close", kill_then_close)
     monkeypatch.setattr(secure, "pooled_from_sum", spy)

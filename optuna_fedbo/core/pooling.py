@@ -28,12 +28,14 @@ keeps the differences in level between sites, which locate good regions.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 import functools
 import math
 from typing import NamedTuple
 
 import numpy as np
 
+from optuna_fedbo.core.gp_fit import REFIT_GROWTH
 from optuna_fedbo.core.influence import capped_by_others
 from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.posterior import SufficientStatistics
@@ -384,6 +386,49 @@ def choose_posterior(
     return best[1], best[2]
 
 
+class KeptChoice:
+    """A server's pooling choice, kept while the same contributors' observations grow by less
+    than :data:`~optuna_fedbo.core.gp_fit.REFIT_GROWTH` (10%) since it was made: block, noise
+    and offsets chosen again (60 posteriors, most of a round) only then, as a participant
+    refits its GP's hyperparameters. The plain server and the secure one (which knows who
+    contributed to the sum and its count) follow the same rule.
+    """
+
+    def __init__(self) -> None:
+        self._held: tuple[tuple[str, ...], float, PoolingChoice] | None = None
+
+    def keep(self, contributors: Iterable[str], count: float) -> PoolingChoice | None:
+        """The held choice, if made for the same ``contributors`` at more than
+        ``count / REFIT_GROWTH`` observations; else ``None`` (choose again)."""
+        if self._held is None:
+            return None
+        chosen_by, chosen_at, choice = self._held
+        same = chosen_by == tuple(sorted(contributors))
+        return choice if same and count < REFIT_GROWTH * chosen_at else None
+
+    def choose(
+        self,
+        participants: list[list[SufficientStatistics]],
+        contributors: Iterable[str],
+        count: float,
+        **options: tuple[float, ...],
+    ) -> tuple[PoolingChoice, np.ndarray]:
+        """:func:`choose_posterior` of ``participants`` (``options``: its grids), on the held
+        choice while :meth:`keep` gives one, else on a new choice, then held.
+
+        Args:
+            participants: As :func:`choose_posterior`'s.
+            contributors: Who contributed (the names the rule compares).
+            count: Their observations (as pooled: a secure sum's weighed count).
+        """
+        contributors = tuple(sorted(contributors))
+        kept = self.keep(contributors, count)
+        choice, mean = choose_posterior(participants, keep=kept, **options)
+        if kept is None:
+            self._held = (contributors, count, choice)
+        return choice, mean
+
+
 def select_posterior(
     participants: list[list[SufficientStatistics]],
     *,
@@ -402,6 +447,7 @@ __all__ = [
     "PoolingChoice",
     "choose_posterior",
     "block_sizes",
+    "KeptChoice",
     "pack",
     "pack_blocks",
     "packed_blocks_length",

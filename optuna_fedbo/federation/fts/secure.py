@@ -18,7 +18,8 @@ checked on masked data (that needs zero-knowledge proofs, out of scope); a sum t
 statistics of any observations is not published. The server decodes the sum
 (:func:`pooled_from_sum`) and publishes the posterior given it, standardized by the pooled
 mean and spread of everyone's values, on the feature block and noise variance of largest
-evidence, as the plain server does without offsets.
+evidence, as the plain server does without offsets (and, as it does, kept until the same
+contributors' observations have grown by 10%: :class:`~optuna_fedbo.core.pooling.KeptChoice`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import numpy as np
 import optuna
 
 from optuna_fedbo.core.pooling import block_sizes
-from optuna_fedbo.core.pooling import select_posterior
+from optuna_fedbo.core.pooling import KeptChoice
 from optuna_fedbo.core.pooling import unpack_blocks
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.core.secagg.ring import RingSpec
@@ -78,7 +79,14 @@ def secure_input(omega: np.ndarray, n_features: int, cap: int, ring: RingSpec) -
 
 
 def pooled_from_sum(
-    values: np.ndarray, n_features: int, round_index: int, step: float, slack: float = 1e-3
+    values: np.ndarray,
+    n_features: int,
+    round_index: int,
+    step: float,
+    slack: float = 1e-3,
+    *,
+    kept: KeptChoice | None = None,
+    contributors: tuple[str, ...] = (),
 ) -> tuple[np.ndarray, int]:
     """The broadcast vectors (one row) and feature block of the posterior given the summed
     statistics (standardized by everyone's pooled mean and spread), its norm bounded as every
@@ -88,6 +96,9 @@ def pooled_from_sum(
         values: The decoded sum (centred ring integers times ``step``).
         step: The ring's fixed-point step.
         slack: Absolute tolerance of the checks (the fixed-point rounding of the sum).
+        kept: The server's pooling choice, kept as the plain server keeps its own (the same
+            ``contributors``, the sum's count grown by less than 10%); ``None``: choose anew.
+        contributors: Who contributed to the sum.
 
     Raises:
         ValueError: If the sum is not statistics of observations on unit-norm features (a
@@ -103,13 +114,15 @@ def pooled_from_sum(
     if count < 1.0 - tolerance or np.max(np.abs(traces - count)) > tolerance:
         raise ValueError("the sum is not statistics that observations on these features give")
     try:
-        block, mean = select_posterior([blocks], offset_scales=(0.0,))
+        choice, mean = (kept or KeptChoice()).choose(
+            [blocks], contributors, count, offset_scales=(0.0,)
+        )
     except np.linalg.LinAlgError:
         raise ValueError("the sum's feature Gram matrix is not positive semi-definite") from None
     if not np.all(np.isfinite(mean)):
         raise ValueError("the posterior given the sum is not finite")
-    size = block_sizes(n_features)[block]
-    return bounded(mean[None, :], size, round_index), block
+    size = block_sizes(n_features)[choice.block]
+    return bounded(mean[None, :], size, round_index), choice.block
 
 
 # ------------------------------------------------------------------------- participant side
@@ -191,6 +204,8 @@ class SecureRounds:
             min_uploads=server._min_uploads,
             round_timeout=server.current_round_timeout,
         )
+        # The pooling chosen for the last sum, kept as the plain server keeps its own.
+        self.pooling = KeptChoice()
 
     def step(self, force: bool) -> RoundReport | None:
         """Advance the open round's protocol; publish the posterior given the sum once it is
@@ -223,7 +238,13 @@ class SecureRounds:
         slack = len(survivors) * input_length(fts.n_features) * step
         try:
             vectors, block = pooled_from_sum(
-                outcome.result.values, fts.n_features, round_index, step, slack
+                outcome.result.values,
+                fts.n_features,
+                round_index,
+                step,
+                slack,
+                kept=self.pooling,
+                contributors=tuple(survivors),
             )
         except ValueError as error:
             _logger.warning(

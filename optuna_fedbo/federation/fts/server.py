@@ -48,10 +48,8 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
-from optuna_fedbo.core.gp_fit import REFIT_GROWTH
 from optuna_fedbo.core.pooling import block_sizes
-from optuna_fedbo.core.pooling import choose_posterior
-from optuna_fedbo.core.pooling import PoolingChoice
+from optuna_fedbo.core.pooling import KeptChoice
 from optuna_fedbo.core.pooling import unpack_blocks
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.core.weights import subregion_weights
@@ -129,8 +127,8 @@ class FTSServer(FederationServer):
         self._held: dict[str, tuple[str, np.ndarray, list[SufficientStatistics]]] = {}
         # (participants and digests, vectors, feature block) of the last pooled aggregation.
         self._last_pooled: tuple[tuple[tuple[str, str], ...], np.ndarray, int] | None = None
-        # The contributors, their observations and the pooling chosen for them, last chosen.
-        self._pooling: tuple[tuple[str, ...], int, PoolingChoice] | None = None
+        # The pooling last chosen, kept while the same contributors' observations grow < 10%.
+        self._pooling = KeptChoice()
         self._last_published = -1
         self._withheld = -1  # the last round reported as withheld for want of contributors
         self._staged: Staged | None = None
@@ -398,19 +396,11 @@ class FTSServer(FederationServer):
     def _pool(
         self, statistics: list[list[SufficientStatistics]], key: tuple[tuple[str, str], ...]
     ) -> tuple[int, np.ndarray]:
-        """The pooled posterior; block, noise and offsets chosen again (60 posteriors, most of
-        a round) only once the same contributors' observations have grown by 10% since the last
-        choice, as a participant refits its GP's hyperparameters."""
-        contributors = tuple(client for client, _ in key)
+        """The pooled posterior; block, noise and offsets chosen again only once the same
+        contributors' observations have grown by 10% since the last choice
+        (:class:`~optuna_fedbo.core.pooling.KeptChoice`)."""
         count = sum(blocks[0].count for blocks in statistics)
-        keep = None
-        if self._pooling is not None:
-            chosen_by, chosen_at, choice = self._pooling
-            if chosen_by == contributors and count < REFIT_GROWTH * chosen_at:
-                keep = choice
-        choice, mean = choose_posterior(statistics, keep=keep)
-        if keep is None:
-            self._pooling = (contributors, count, choice)
+        choice, mean = self._pooling.choose(statistics, (client for client, _ in key), count)
         return choice.block, mean
 
     def _subregion_weights(self, round_index: int) -> np.ndarray:
