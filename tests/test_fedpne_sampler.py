@@ -377,6 +377,31 @@ def test_a_participant_waits_and_proceeds_when_the_phase_is_published() -> None:
     assert a.trials[-1].system_attrs["fedpne:phase"] == 2
 
 
+def test_a_phase_published_just_before_the_wait_ends_is_pulled(monkeypatch) -> None:
+    """The server publishes its last phase and at once says it stopped: a participant that
+    learns why its wait ends after the phase was published pulls that phase (a race seen under
+    load, where the participant gave up on a phase that had arrived)."""
+    from optuna_fedbo.samplers import _waiting
+
+    fed = _federation(2, horizon=40)
+    server = FederationServer(fed)
+    budget = FedPNEChannel(fed).initial_phase.budget
+    for client_id in ("a", "b"):
+        sampler = FedPNESampler(fed, client_id, phase_timeout=0.0, on_timeout="best", seed=0)
+        study = optuna.create_study(sampler=sampler)
+        study.optimize(_x_objective(), n_trials=budget)
+    over = _waiting.Wait.over
+
+    def published_then_over(wait: _waiting.Wait) -> bool:
+        server.step()  # the phase arrives between the participant's look and its wait's end
+        return over(wait)
+
+    monkeypatch.setattr(_waiting.Wait, "over", published_then_over)
+    study.optimize(_x_objective(), n_trials=1)
+    assert study.trials[-1].system_attrs["fedbo:mode"] == "pull"
+    assert study.trials[-1].system_attrs["fedpne:phase"] == 2
+
+
 # ----------------------------------------------------------------------------- restarts
 def test_participant_restart_mid_phase_resumes_and_never_uploads_twice(monkeypatch) -> None:
     fed = _federation(2, horizon=40, dp_epsilon=2.0, dp_delta=1e-5)

@@ -114,3 +114,19 @@ def test_no_worker_waits_for_a_round_already_published(monkeypatch) -> None:
     targets = _publishing_waits(fed, server, monkeypatch)
     study.optimize(_objective, n_trials=1)
     assert targets == [] and _used(study) == 0  # round 0's broadcast, used at once
+
+
+def test_a_round_published_just_before_the_wait_ends_is_used(monkeypatch) -> None:
+    """The server publishes its last round and at once says it stopped: a worker that learns of
+    the stop after the round was published still uses that round (a race seen under load)."""
+    fed, server, study = _setup()
+    _worker(fed, study, monkeypatch, "first")
+    _initial_design(study)
+    assert fed.open_round() == 0 and fed.channel.latest_broadcast() is None
+
+    def stop() -> bool:
+        server.step(force=True)  # published between the worker's look and the stop
+        return True
+
+    broadcast = fed.channel.wait_for_round(0, None, 0.01, stop)
+    assert broadcast is not None and broadcast.round == 0

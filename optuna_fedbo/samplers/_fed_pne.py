@@ -278,6 +278,8 @@ class FedPNESampler(FedSampler):
                 self._ensure_uploaded(study, phase, self._slots.done(study, phase))
             waited = time.monotonic() - wait.started
             if wait.over():
+                if self.channel.view().phase.index != phase.index:
+                    continue  # published just before what ended the wait (e.g. "serve ended")
                 assert wait.reason is not None
                 if wait.reason[0] == "limit" and self._on_timeout == "raise":
                     raise FedPNEPhaseTimeout(self._timeout_message(phase, waited, raising=True))

@@ -171,18 +171,26 @@ class FTSChannel:
             raise ValueError("wait_for_round needs a timeout or a stop condition.")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            latest = self.federation.store.latest()
-            if latest is not None and int(latest["round"]) >= round_index:
+            if self._published(round_index):
                 return self.latest_broadcast()
             if self.federation.budget_exhausted() is not None:
                 return None
             if (deadline is not None and time.monotonic() >= deadline) or (stop and stop()):
+                # What ended the wait (a server's last heartbeat, "serve ended") can come just
+                # after the round it publishes last: look once more before giving up.
+                if self._published(round_index):
+                    return self.latest_broadcast()
                 self._resend_references(round_index, stalled=True)
                 return None
             self._resend_references(round_index, stalled=False)
             self._resend_erased(round_index)
             secure_poll(self)
             time.sleep(poll_interval)
+
+    def _published(self, round_index: int) -> bool:
+        """Whether round ``round_index`` (or a later one) is published."""
+        latest = self.federation.store.latest()
+        return latest is not None and int(latest["round"]) >= round_index
 
     def upload(
         self,
