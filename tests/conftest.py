@@ -21,9 +21,18 @@ import tempfile
 
 import optuna
 import pytest
+from threadpoolctl import threadpool_limits
 
 KEY_HOME = tempfile.mkdtemp(prefix="optuna-fedbo-test-keys-")
 os.environ["OPTUNA_FEDBO_HOME"] = KEY_HOME
+
+# Two workers on two cores, and the processes the tests start: a multi-threaded BLAS in each
+# only adds hand-offs between busy cores (a 100 x 100 Cholesky solve took 9-36 ms with two
+# OpenBLAS threads beside other work, 0.9 ms with one). One thread in this process (numpy is
+# loaded already) and, through the environment the tests snapshot, in the processes they start.
+for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
+threadpool_limits(limits=1, user_api="blas")
 
 
 #: Test modules (or ``module::test``) that run a server and participant processes at once.
