@@ -9,20 +9,11 @@ from pathlib import Path
 import sys
 
 import numpy as np
-import pytest
-from threadpoolctl import threadpool_limits
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
 import federation_synthetic as fs  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _one_blas_thread() -> object:
-    """Small linear algebra: threaded BLAS is 5-10x slower on a busy 2-core machine."""
-    with threadpool_limits(1):
-        yield
 
 
 def _bump(centre: float) -> np.ndarray:

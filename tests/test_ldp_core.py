@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 import scipy.special
-from threadpoolctl import threadpool_limits
 
 from optuna_fedbo.core.ldp import argmax_finite
 from optuna_fedbo.core.ldp import ATAGPUCB
@@ -28,13 +27,6 @@ from optuna_fedbo.core.ldp import SquaredExponential
 from optuna_fedbo.core.ldp import TGPUCB
 from optuna_fedbo.core.ldp.ata import truncated_estimate
 from optuna_fedbo.samplers._ldp_ucb import DEFAULT_BETA_SCALES
-
-
-@pytest.fixture(autouse=True)
-def _one_blas_thread():
-    with threadpool_limits(1):
-        yield
-
 
 # --- kernels -----------------------------------------------------------------------------------
 

@@ -362,7 +362,7 @@ for _ in range(3):
 
 
 def test_one_blas_thread_limits_and_restores() -> None:
-    # BLAS limits are process-wide and other tests change them (threadpool_limits fixtures):
+    # BLAS limits are process-wide and the suite's conftest sets them to one thread:
     # check in a fresh process, with BLAS allowed two threads to begin with.
     env = {**os.environ, "OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"}
     result = subprocess.run(

@@ -41,6 +41,7 @@ from optuna_fedbo.core.ldp.parameters import LaplaceRewards
 from optuna_fedbo.core.ldp.parameters import RewardModel
 from optuna_fedbo.core.ldp.tgp import TGPUCB
 from optuna_fedbo.core.space import Dimension
+from optuna_fedbo.core.threads import one_blas_thread
 from optuna_fedbo.samplers._common import check_single_objective
 from optuna_fedbo.samplers._common import LocalModelSampler
 from optuna_fedbo.samplers._common import study_key
@@ -293,7 +294,7 @@ class LDPUCBSampler(LocalModelSampler):
         check_single_objective(study, self)
         if search_space == {}:
             return {}
-        with self._lock:
+        with one_blas_thread(), self._lock:
             self._check_direction(study)
             state = self._state_for(study, search_space)
             if isinstance(state.algorithm, MoMAGPUCB):
