@@ -43,6 +43,9 @@ standard error of the paired per-site-run difference to GPSampler.
 Run: ``nice -n 10 python benchmarks/fts_value_tuning.py --family krr-diabetes --seeds 6``;
 ``--cost 200`` times the participant, the server's round, TPE and GPSampler per trial at 20, 50,
 60, 100 and 200 trials (``--cost-sites 1,4``: in a federation of one and of four sites).
+``--save FILE.npz`` keeps every method's regret per site-run and trial; ``--against FILE.npz``
+then pairs a later run with it (same family and seeds: the same site functions) and prints the
+paired difference, new minus saved, at 10, 20 and 30 trials, with its standard error and wins.
 """
 
 from __future__ import annotations
@@ -295,7 +298,7 @@ def report(family: str, per_seed: list[dict[str, np.ndarray]], seconds: dict[str
             gp = runs["gp"][:, t - 1].mean() if "gp" in runs else float("nan")
             line += f"{mean[t] / max(gp, 1e-12):7.2f}"
         for t in CHECKPOINTS:
-            best = min(runs[s][:, t - 1].mean() for s in stock)
+            best = min((runs[s][:, t - 1].mean() for s in stock), default=float("nan"))
             line += f"{mean[t] / max(best, 1e-12):8.2f}"
         for t in (20, 30):
             if "gp" in runs:
@@ -310,6 +313,8 @@ def report(family: str, per_seed: list[dict[str, np.ndarray]], seconds: dict[str
         line += f"{seconds.get(m, float('nan')):7.1f}"
         print(line)
     print("wins@t: site-runs with lower / higher regret than gp; se: of the paired difference")
+    if not stock:  # e.g. --methods fed_solo,fed against --against's saved run
+        return
     best_at = {t: min(stock, key=lambda s: runs[s][:, t - 1].mean()) for t in CHECKPOINTS}
     print(
         "against the best stock sampler at t: "
@@ -329,6 +334,25 @@ def report(family: str, per_seed: list[dict[str, np.ndarray]], seconds: dict[str
             line += f"{int(np.sum(diff < 0)):5d}/{int(np.sum(diff > 0)):<4d}"
             line += f"{diff.mean():+9.4f}+-{se:.4f}"
         print(line)
+
+
+def paired_report(runs: dict[str, np.ndarray], saved: dict[str, np.ndarray]) -> None:
+    """Paired differences of each method run again against its saved regrets (new - saved)."""
+    print(
+        f"\n{'method':10s}"
+        + "".join(f"{'new-saved@' + str(t):>22s}{'wins':>8s}" for t in (10, 20, 30))
+    )
+    for m, new in runs.items():
+        if m not in saved or saved[m].shape != new.shape:
+            continue
+        line = f"{m:10s}"
+        for t in (10, 20, 30):
+            diff = new[:, t - 1] - saved[m][:, t - 1]
+            se = diff.std(ddof=1) / np.sqrt(len(diff))
+            wins, losses = int(np.sum(diff < 0)), int(np.sum(diff > 0))
+            line += f"{diff.mean():+13.4f}+-{se:.4f}{wins:4d}/{losses:<3d}"
+        print(line)
+    print("wins: site-runs with lower / higher regret than saved")
 
 
 def cost(n_trials: int, dims: int, n_sites: int = 2) -> None:
@@ -399,6 +423,8 @@ def main() -> None:
     parser.add_argument("--cost", type=int, default=0, help="only time N trials (3-D, 4-D)")
     parser.add_argument("--cost-dims", default="3,4", help="dimensions timed by --cost")
     parser.add_argument("--cost-sites", default="2", help="federation sizes timed by --cost")
+    parser.add_argument("--save", default="", help="keep the regrets per site-run (.npz)")
+    parser.add_argument("--against", default="", help="pair with regrets kept by --save")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=ExperimentalWarning)
@@ -422,6 +448,12 @@ def main() -> None:
         per_seed.append(regrets(problem, curves))
         print(f"seed {seed} done", flush=True)
     report(args.family, per_seed, seconds)
+    runs = {m: np.concatenate([r[m] for r in per_seed]) for m in methods}
+    if args.save:
+        np.savez(args.save, **runs)
+    if args.against:
+        with np.load(args.against) as saved:
+            paired_report(runs, dict(saved))
 
 
 if __name__ == "__main__":
