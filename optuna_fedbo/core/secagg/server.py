@@ -38,7 +38,7 @@ from optuna_fedbo.core.secagg.messages import UnmaskResponse
 from optuna_fedbo.core.secagg.ring import decode
 from optuna_fedbo.core.secagg.ring import ring_sub
 from optuna_fedbo.core.secagg.setup import RoundSetup
-from optuna_fedbo.core.secagg.sharing import combine_seeds
+from optuna_fedbo.core.secagg.sharing import Combiner
 from optuna_fedbo.core.secagg.sharing import SEED_BYTES
 
 STEPS = ("keys", "shares", "masked", "consistency", "unmask", "done")
@@ -91,6 +91,10 @@ class SecAggServer:
         self._dropped: tuple[str, ...] = ()
         self._keys = b""  # the digest of this run's key directory
         self._workers = workers
+        #: The shares revealed so far of each owner's secret (``{index: share}``), the first
+        #: ``share_threshold`` to arrive; a full set is combined at once (see :meth:`_gather`).
+        self._revealed: dict[str, dict[int, bytes]] = {}
+        self._combiner: Combiner | None = None
 
     @property
     def step(self) -> str:
@@ -140,6 +144,8 @@ class SecAggServer:
             raise MessageRejected(f"{sender!r} already sent its {message.kind} message")
         getattr(self, f"_check_{step}")(message)
         self._received[step][sender] = message
+        if step == "unmask":
+            self._gather(message)  # type: ignore[arg-type]
 
     def _check_keys(self, message: AdvertiseKeys) -> None:
         if not self._verify(message.sender, message.signed_payload(), message.signature):
@@ -247,28 +253,59 @@ class SecAggServer:
             signatures={p: m.signature for p, m in signed.items()},
         )
 
+    def _gather(self, message: UnmaskResponse) -> None:
+        """Keep the shares of a checked response, and start rebuilding every secret whose
+        ``share_threshold`` shares are now in (in worker processes, while the server goes on
+        waiting for and opening the other responses). Self-mask shares are only of survivors
+        and mask-key shares only of dropped participants (:meth:`_check_unmask`), so an owner
+        names one secret."""
+        setup = self.setup
+        needed = setup.share_threshold
+        if self._combiner is None:
+            jobs = len(self._received["masked"]) + len(self._dropped)
+            self._combiner = Combiner(jobs, workers=self._workers)
+        for given in (message.self_mask_shares, message.mask_key_shares):
+            for owner, share in given.items():
+                found = self._revealed.setdefault(owner, {})
+                if len(found) < needed:
+                    found[setup.share_index(owner, message.sender)] = share
+                    if len(found) == needed:
+                        self._combiner.submit(owner, found)
+
     def aggregate(self) -> AggregateResult:
         """Close step 5: rebuild the seeds, remove the masks, return the sum.
+
+        Each secret is rebuilt from the first ``share_threshold`` of its shares to arrive (any
+        of them determine it; a wrong one fails the check against the commitment or the public
+        key, and the round).
 
         Raises:
             RoundFailed: If fewer than ``t`` survivors answered, some participant's secret has
                 fewer than ``share_threshold`` shares, or a rebuilt seed fails its check.
         """
+        try:
+            return self._aggregate()
+        finally:
+            if self._combiner is not None:
+                self._combiner.close()
+
+    def _aggregate(self) -> AggregateResult:
         setup = self.setup
         self._close("unmask", setup.threshold, "revealed shares")
-        responses: dict[str, UnmaskResponse] = self._received["unmask"]  # type: ignore[assignment]
         masked: dict[str, MaskedInput] = self._received["masked"]  # type: ignore[assignment]
         adverts: dict[str, AdvertiseKeys] = self._received["keys"]  # type: ignore[assignment]
         shares: dict[str, ShareKeys] = self._received["shares"]  # type: ignore[assignment]
         survivors = self._senders("masked")
+        needed = setup.share_threshold
         try:
-            jobs = self._shares(survivors, {r: m.self_mask_shares for r, m in responses.items()})
-            jobs += self._shares(
-                self._dropped, {r: m.mask_key_shares for r, m in responses.items()}
-            )
-            seeds = dict(
-                zip((*survivors, *self._dropped), combine_seeds(jobs, workers=self._workers))
-            )
+            for owner in (*survivors, *self._dropped):
+                count = len(self._revealed.get(owner, ()))
+                if count < needed:
+                    raise RoundFailed(
+                        f"only {count} shares of {owner!r} were revealed ({needed} needed)"
+                    )
+            assert self._combiner is not None  # made at the first response, >= t of them
+            seeds = self._combiner.results()
             removed = []
             for owner in survivors:
                 if commitment(setup, owner, seeds[owner]) != shares[owner].commitment:
@@ -298,29 +335,3 @@ class SecAggServer:
             survivors=survivors,
             recovered=self._dropped,
         )
-
-    def _shares(
-        self, owners: tuple[str, ...], revealed: dict[str, dict[str, bytes]]
-    ) -> list[dict[int, bytes]]:
-        """For each of ``owners``, the ``share_threshold`` revealed shares of its secret with
-        the smallest indices (``{index: share}``), from ``revealed`` (``holder -> {owner:
-        share}``, read once: ``O(N k)``, not ``O(N^2)``).
-
-        Raises:
-            RoundFailed: If fewer were revealed for one of them.
-        """
-        found: dict[str, dict[int, bytes]] = {owner: {} for owner in owners}
-        index = self.setup.share_index
-        for holder, given in revealed.items():
-            for owner, share in given.items():
-                if owner in found:
-                    found[owner][index(owner, holder)] = share
-        needed = self.setup.share_threshold
-        jobs = []
-        for owner in owners:
-            if len(found[owner]) < needed:
-                raise RoundFailed(
-                    f"only {len(found[owner])} shares of {owner!r} were revealed ({needed} needed)"
-                )
-            jobs.append(dict(sorted(found[owner].items())[:needed]))
-        return jobs
