@@ -12,12 +12,13 @@ key), removes every mask and returns the sum of the survivors' inputs and nothin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from optuna_fedbo.core.secagg.client import commitment
-from optuna_fedbo.core.secagg.client import consistency_payload
+from optuna_fedbo.core.secagg.client import consistency_payloads
 from optuna_fedbo.core.secagg.client import Verifier
 from optuna_fedbo.core.secagg.masks import add_all
 from optuna_fedbo.core.secagg.masks import mask_key_from_seed
@@ -95,6 +96,8 @@ class SecAggServer:
         #: ``share_threshold`` to arrive; a full set is combined at once (see :meth:`_gather`).
         self._revealed: dict[str, dict[int, bytes]] = {}
         self._combiner: Combiner | None = None
+        #: The survivor signatures' payloads, the survivor list encoded once.
+        self._payloads: Callable[[str], bytes] | None = None
 
     @property
     def step(self) -> str:
@@ -168,8 +171,9 @@ class SecAggServer:
         survivors = self._senders("masked")
         if message.survivors != survivors:
             raise MessageRejected(f"{message.sender!r} signed another survivor list")
-        payload = consistency_payload(self.setup, message.sender, survivors, self._keys)
-        if not self._verify(message.sender, payload, message.signature):
+        if self._payloads is None:
+            self._payloads = consistency_payloads(self.setup, survivors, self._keys)
+        if not self._verify(message.sender, self._payloads(message.sender), message.signature):
             raise MessageRejected(f"{message.sender!r}'s survivor signature does not verify")
 
     def _check_unmask(self, message: UnmaskResponse) -> None:
