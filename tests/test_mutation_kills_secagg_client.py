@@ -14,8 +14,11 @@ import pytest
 
 from optuna_fedbo.core.secagg.client import commitment
 from optuna_fedbo.core.secagg.client import consistency_payload
+from optuna_fedbo.core.secagg.client import consistency_payloads
 from optuna_fedbo.core.secagg.client import SecAggClient
 from optuna_fedbo.core.secagg.local import Identities
+from optuna_fedbo.core.secagg.local import run_local_round
+from optuna_fedbo.core.secagg.messages import ConsistencySignature
 from optuna_fedbo.core.secagg.messages import MessageRejected
 from optuna_fedbo.core.secagg.ring import encode
 from optuna_fedbo.core.secagg.ring import plan_ring
@@ -102,3 +105,30 @@ def test_a_client_whose_directory_was_refused_refuses_what_follows() -> None:
     bundle = replace(server.share_bundles()["p1"], recipient="p0")
     with pytest.raises(MessageRejected, match="not a neighbour"):
         clients["p0"].mask_input(bundle, encode(np.zeros(6), RING))
+
+
+@pytest.mark.parametrize(
+    "survivors", [IDS[:5], (*IDS[:4], "\x00sender\x00")], ids=["plain", "a-marker-named-one"]
+)
+def test_the_survivor_payloads_encoded_once_are_the_payloads(survivors: tuple) -> None:
+    keys = bytes(range(32))
+    payload = consistency_payloads(SETUP, survivors, keys)
+    for sender in (*survivors, 'q"uote', "back\\slash", "naïve", "\x00sender\x00"):
+        assert payload(sender) == consistency_payload(SETUP, sender, survivors, keys)
+
+
+def test_each_party_encodes_the_survivor_list_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Checking t survivor signatures encodes the N-name list once per party, not once per
+    # signature: the N signers once each (to sign), the N participants and the server once each.
+    calls = []
+    real = ConsistencySignature.signed_payload
+
+    def counted(self: ConsistencySignature) -> bytes:
+        calls.append(self.sender)
+        return real(self)
+
+    monkeypatch.setattr(ConsistencySignature, "signed_payload", counted)
+    ring = SETUP.ring
+    result = run_local_round(SETUP, {p: encode(np.zeros(ring.dimension), ring) for p in IDS})
+    assert result.result.survivors == IDS
+    assert len(calls) == 2 * len(IDS) + 1

@@ -15,6 +15,7 @@ from optuna_fedbo.core.secagg.messages import AdvertiseKeys
 from optuna_fedbo.core.secagg.messages import MaskedInput
 from optuna_fedbo.core.secagg.messages import Message
 from optuna_fedbo.core.secagg.messages import message_from_dict
+from optuna_fedbo.core.secagg.messages import message_from_header
 from optuna_fedbo.core.secagg.messages import MessageRejected
 from optuna_fedbo.core.secagg.messages import ShareBundle
 from optuna_fedbo.core.secagg.messages import SurvivorList
@@ -98,3 +99,39 @@ def test_what_a_participant_signs_is_labelled_with_its_kind() -> None:
     record = ADVERT.to_dict()
     del record["signature"]
     assert ADVERT.signed_payload() == canonical_bytes({"secagg": "secagg-advertise", **record})
+
+
+def test_a_binary_frame_carries_ring_elements_raw_and_exactly() -> None:
+    elements = np.array([0, 1, 2**63, 2**64 - 1], dtype=np.uint64)
+    setup = RoundSetup(
+        "fed", 1, ("p0", "p1", "p2"), 2, plan_ring(n_inputs=3, bound=1.0, step=1e-3, dimension=4)
+    )
+    message = MaskedInput(**Message.base_of(setup), sender="p0", masked=elements)
+    header, blobs = message.to_header()
+    assert header["masked"] == 32 and blobs == [elements.astype("<u8").tobytes()]
+    parsed = message_from_header(header, b"".join(blobs))
+    assert parsed.masked.dtype == np.uint64 and np.array_equal(parsed.masked, elements)
+    assert parsed.to_dict() == message.to_dict()
+    # Messages without vectors carry no bytes; one without a frame parses as before.
+    header, blobs = ADVERT.to_header()
+    assert blobs == [] and message_from_header(header, b"") == ADVERT
+    assert header == ADVERT.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("length", "tail", "error"),
+    [
+        (31, bytes(31), "not a vector of 64-bit ring elements"),
+        (40, bytes(32), "not a vector of 64-bit ring elements"),
+        (-8, bytes(32), "not a vector of 64-bit ring elements"),
+        ("32", bytes(32), "secagg-masked.masked is not an integer"),
+        (24, bytes(32), "carries 8 stray bytes"),
+    ],
+)
+def test_a_malformed_binary_frame_is_refused(length: object, tail: bytes, error: str) -> None:
+    message = MaskedInput(**BASE, sender="p0", masked=np.zeros(2, dtype=np.uint64))
+    header, _ = message.to_header()
+    with pytest.raises(MessageRejected, match=error):
+        message_from_header({**header, "masked": length}, tail)
+    with pytest.raises(MessageRejected, match="stray bytes"):
+        message_from_header(ADVERT.to_header()[0], b"\0")

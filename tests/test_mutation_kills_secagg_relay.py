@@ -95,10 +95,14 @@ def test_a_malformed_or_senderless_message_is_refused() -> None:
     # A message with no sender (the server's own) found under a participant's key.
     with pytest.raises(MessageRejected, match="written under 'c0' but sent by None"):
         parse_message(message_plaintext(0, "consistency", message), 0, "consistency", "c0")
-    record = json.loads(message_plaintext(0, "consistency", message))
+    head, _, tail = message_plaintext(0, "consistency", message).partition(b"\n")
+    record = json.loads(head)
     for malformed in (list(record), {**record, "extra": 1}):
         with pytest.raises(MessageRejected, match="malformed secure-aggregation message"):
-            parse_message(json.dumps(malformed), 0, "consistency", "c0")
+            parse_message(json.dumps(malformed).encode() + b"\n" + tail, 0, "consistency", "c0")
+    for malformed_text in (head, head.decode(), b"{" + head):  # no frame, text, not JSON
+        with pytest.raises(MessageRejected, match="malformed secure-aggregation message"):
+            parse_message(malformed_text, 0, "consistency", "c0")
 
 
 def test_a_peer_signature_counts_only_if_the_enrolled_key_made_it() -> None:

@@ -3,6 +3,7 @@ seeds, in order, as pycryptodome's ``Shamir.combine`` one by one, and the same u
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 import gc
 import multiprocessing
 
@@ -13,9 +14,12 @@ from test_secagg_federation import _federation
 from test_secagg_federation import _Round
 
 from optuna_fedbo.core.secagg import sharing
+from optuna_fedbo.core.secagg.client import SecAggClient
+from optuna_fedbo.core.secagg.local import Identities
 from optuna_fedbo.core.secagg.local import run_local_round
 from optuna_fedbo.core.secagg.ring import encode
 from optuna_fedbo.core.secagg.ring import plan_ring
+from optuna_fedbo.core.secagg.server import SecAggServer
 from optuna_fedbo.core.secagg.setup import RoundSetup
 from optuna_fedbo.core.secagg.sharing import combine_seeds
 from optuna_fedbo.core.secagg.sharing import pool_size
@@ -140,3 +144,91 @@ def test_a_federation_round_unmasks_with_a_pool(
     step = fed.secure_aggregation.step
     assert np.max(np.abs(capture_sum[0] - plain)) <= 3 * step / 2 + 1e-9
     assert fed.latest_broadcast().round == 0
+
+
+class _Recording(sharing.ProcessPoolExecutor):
+    """The real executor, recording every combination submitted (and when)."""
+
+    submitted: list[list[tuple[int, bytes]]] = []
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+        _Recording.submitted.append(args[0])
+        return super().submit(fn, *args, **kwargs)
+
+
+@linux_only
+def test_combinations_start_as_the_shares_arrive(monkeypatch: pytest.MonkeyPatch) -> None:
+    # In a live round the server rebuilds a secret as soon as share_threshold of its shares are
+    # in, in the workers, while it waits for the other answers: not all at the end.
+    monkeypatch.setattr(sharing, "ProcessPoolExecutor", _Recording)
+    monkeypatch.setattr(_Recording, "submitted", [])
+    monkeypatch.setattr(sharing, "_PER_WORKER", 1)
+    ids = tuple(f"q{i:02d}" for i in range(12))
+    ring = plan_ring(n_inputs=12, bound=1.0, step=1e-3, dimension=3)
+    setup = RoundSetup("fed", 5, ids, 7, ring, degree=4)
+    identities = Identities(ids)
+    server = SecAggServer(setup, verify=identities.verify, workers=2)
+    clients = {
+        p: SecAggClient(setup, p, sign=identities.signer(p), verify=identities.verify) for p in ids
+    }
+    rng = np.random.default_rng(3)
+    values = {p: rng.uniform(-1, 1, 3) for p in ids}
+    for c in clients.values():
+        server.receive(c.advertise())
+    directory = server.key_directory()
+    for c in clients.values():
+        server.receive(c.share_keys(directory))
+    bundles = server.share_bundles()
+    for p, c in clients.items():
+        server.receive(c.mask_input(bundles[p], encode(values[p], ring)))
+    survivors = server.survivor_list()
+    for c in clients.values():
+        server.receive(c.sign_survivors(survivors))
+    request = server.unmask_request()
+    answered: set[str] = set()
+    for p in ids[:6]:
+        server.receive(clients[p].unmask(request))
+        answered.add(p)
+        complete = [o for o in ids if len(answered & set(setup.holders(o))) >= 3]
+        assert len(_Recording.submitted) == len(complete)  # each started once, at once
+    assert 0 < len(_Recording.submitted) < len(ids)
+    for p in ids[6:]:
+        server.receive(clients[p].unmask(request))
+    assert len(_Recording.submitted) == len(ids)
+    result = server.aggregate()
+    assert np.max(np.abs(result.values - sum(values.values()))) <= 12 * ring.step / 2 + 1e-12
+
+
+class _Lost:
+    """An executor whose every worker dies."""
+
+    def __init__(self, workers: int, **kwargs: object) -> None:
+        pass
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+        future: Future = Future()
+        future.set_exception(sharing.BrokenProcessPool("killed"))
+        return future
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        pass
+
+
+@pytest.mark.parametrize("executor", [_Lost, "cannot start"])
+def test_a_combiner_whose_pool_fails_combines_here(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, executor: object
+) -> None:
+    def failing(workers: int, **kwargs: object) -> object:
+        raise OSError("no fork")
+
+    monkeypatch.setattr(
+        sharing, "ProcessPoolExecutor", failing if executor == "cannot start" else executor
+    )
+    monkeypatch.setattr(sharing, "pool_size", lambda jobs, workers=None: 2)
+    secrets, jobs = _jobs(6, seed=2)
+    combiner = sharing.Combiner(len(jobs))
+    with caplog.at_level("WARNING", logger=sharing.__name__):
+        for i, job in enumerate(jobs):
+            combiner.submit(i, job)
+        assert combiner.results() == dict(enumerate(secrets))
+    assert "Combining the Shamir shares" in caplog.text

@@ -185,7 +185,7 @@ def _masked(fed: Federation, round_index: int) -> dict[str, np.ndarray]:
         if parsed is None or parsed[1] != "msg:masked":
             continue
         client = parsed[2]
-        _, plaintext = fed.trust.open_upload(
+        _, plaintext = fed.trust.open_upload_bytes(
             text, client_id=client, public_key=fed.public_key_of(client), round_index=round_index
         )
         found[client] = parse_message(plaintext, parsed[0], "masked", client).masked
@@ -292,7 +292,7 @@ def test_a_forged_message_is_refused_and_the_round_goes_on_without_it() -> None:
     # Someone with the storage but not c1's key writes a message in c1's name.
     impostor = ParticipantKey.generate(fed.federation_id, "c1", fed.fingerprint)
     own = Relay(fed.store).entries(0, inputs=True)[message_key(0, "keys", "c1")]
-    _, plaintext = fed.trust.open_upload(
+    _, plaintext = fed.trust.open_upload_bytes(
         own, client_id="c1", public_key=fed.public_key_of("c1"), round_index=0
     )
     forged = fed.trust.seal_upload(impostor, 0, time.time_ns(), plaintext, "")

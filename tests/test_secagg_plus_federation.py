@@ -54,7 +54,7 @@ def _shared_to(fed) -> dict[str, set[str]]:
         if parsed is None or parsed[1] != "msg:shares":
             continue
         client = parsed[2]
-        _, plaintext = fed.trust.open_upload(
+        _, plaintext = fed.trust.open_upload_bytes(
             text, client_id=client, public_key=fed.public_key_of(client), round_index=0
         )
         found[client] = set(parse_message(plaintext, parsed[0], "shares", client).sealed)

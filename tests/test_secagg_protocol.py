@@ -340,3 +340,49 @@ def test_malformed_or_mislabelled_records_are_refused() -> None:
         message_from_dict({**record, "survivors": "p0"})
     with pytest.raises(MessageRejected, match="not valid base64"):
         message_from_dict({**record, "signatures": {"p0": "***"}})
+
+
+@pytest.mark.parametrize("degree", [None, 4])
+def test_held_by_is_the_inverse_of_holders(degree: int | None) -> None:
+    ids = tuple(f"q{i:02d}" for i in range(12))
+    setup = RoundSetup(
+        "fed", 5, ids, 7, plan_ring(n_inputs=12, bound=1.0, step=1e-3, dimension=3), degree=degree
+    )
+    for owner in ids:
+        for holder in ids:
+            assert (holder in setup.holders(owner)) == (owner in setup.held_by(holder))
+    assert setup.held_by("nobody") == frozenset()
+
+
+def test_secagg_plus_server_refuses_a_share_revealed_by_a_non_holder() -> None:
+    ids = tuple(f"q{i:02d}" for i in range(12))
+    ring = plan_ring(n_inputs=12, bound=1.0, step=1e-3, dimension=3)
+    setup = RoundSetup("fed", 5, ids, 7, ring, degree=4)
+    identities = Identities(ids)
+    server = SecAggServer(setup, verify=identities.verify)
+    clients = {
+        p: SecAggClient(setup, p, sign=identities.signer(p), verify=identities.verify) for p in ids
+    }
+    for c in clients.values():
+        server.receive(c.advertise())
+    directory = server.key_directory()
+    for c in clients.values():
+        server.receive(c.share_keys(directory))
+    bundles = server.share_bundles()
+    for p, c in clients.items():
+        server.receive(c.mask_input(bundles[p], encode(np.zeros(3), ring)))
+    survivors = server.survivor_list()
+    for c in clients.values():
+        server.receive(c.sign_survivors(survivors))
+    request = server.unmask_request()
+    response = clients["q00"].unmask(request)
+    stranger = next(p for p in ids if p != "q00" and p not in setup.neighbours("q00"))
+    assert set(response.self_mask_shares) == set(setup.held_by("q00"))
+    leaked = replace(response, self_mask_shares={**response.self_mask_shares, stranger: bytes(16)})
+    with pytest.raises(MessageRejected, match="self-mask shares it may not"):
+        server.receive(leaked)
+    server.receive(response)
+    for p, c in clients.items():
+        if p != "q00":
+            server.receive(c.unmask(request))
+    assert np.array_equal(server.aggregate().elements, np.zeros(3, dtype=np.uint64))

@@ -370,10 +370,18 @@ class FederationServer:
     def _open_upload(self, client_id: str, text: str, round_index: int) -> tuple[int, str]:
         """Check and open one stored upload: ``(counter, plaintext)`` (see ``Trust``); one
         written before its round opened is refused (see ``_openings``)."""
+        counter, plaintext = self._open_upload_bytes(client_id, text, round_index)
+        try:
+            return counter, plaintext.decode("utf-8")
+        except UnicodeDecodeError:
+            raise UploadRejected("malformed sealed content") from None
+
+    def _open_upload_bytes(self, client_id: str, text: str, round_index: int) -> tuple[int, bytes]:
+        """:meth:`_open_upload` for a plaintext of bytes (secure aggregation's messages)."""
         public_key = self.federation.public_key_of(client_id)
         if public_key is None:
             raise UploadRejected("unknown participant (not enrolled)")
-        return self.federation.trust.open_upload(
+        return self.federation.trust.open_upload_bytes(
             text,
             client_id=client_id,
             public_key=public_key,

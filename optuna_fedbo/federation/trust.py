@@ -179,15 +179,15 @@ class Trust:
         key: ParticipantKey,
         round_index: int,
         counter: int,
-        plaintext: str,
+        plaintext: str | bytes,
         opening: str = "",
     ) -> str:
-        """Seal ``plaintext`` to the server and sign it as ``key``'s upload for ``round_index``,
-        sent after the round's ``opening`` (see :mod:`~optuna_fedbo.federation._openings`)."""
+        """Seal ``plaintext`` (text, as UTF-8, or bytes) to the server and sign it as ``key``'s
+        upload for ``round_index``, sent after the round's ``opening`` (see
+        :mod:`~optuna_fedbo.federation._openings`)."""
         context = self._upload_context(round_index, key.client_id, counter, opening)
-        sealed = _SUITE.encrypt(
-            plaintext.encode("utf-8"), self.identity.sealing_public_key(), info=context
-        )
+        raw = plaintext.encode("utf-8") if isinstance(plaintext, str) else plaintext
+        sealed = _SUITE.encrypt(raw, self.identity.sealing_public_key(), info=context)
         digest = hashlib.sha256(sealed).digest()
         signature = key.sign("upload", context + b"\n" + digest)
         return canonical_json(
@@ -298,6 +298,28 @@ class Trust:
             UploadRejected: With the reason (see :meth:`check_upload`; or not sealed to this
                 server).
         """
+        counter, plaintext = self.open_upload_bytes(
+            text,
+            client_id=client_id,
+            public_key=public_key,
+            round_index=round_index,
+            openings=openings,
+        )
+        try:
+            return counter, plaintext.decode("utf-8")
+        except UnicodeDecodeError:
+            raise UploadRejected("malformed sealed content") from None
+
+    def open_upload_bytes(
+        self,
+        text: Any,
+        *,
+        client_id: str,
+        public_key: bytes,
+        round_index: int,
+        openings: Collection[str] | None = None,
+    ) -> tuple[int, bytes]:
+        """:meth:`open_upload` for a plaintext of bytes (``(counter, plaintext)``)."""
         counter, sealed, context = self.check_upload(
             text,
             client_id=client_id,
@@ -307,13 +329,9 @@ class Trust:
         )
         keys = self.require_server_keys()
         try:
-            plaintext = _SUITE.decrypt(sealed, keys.sealing_private_key, info=context)
+            return counter, _SUITE.decrypt(sealed, keys.sealing_private_key, info=context)
         except (InvalidTag, ValueError):
             raise UploadRejected("cannot be opened (not sealed to this server)") from None
-        try:
-            return counter, plaintext.decode("utf-8")
-        except UnicodeDecodeError:
-            raise UploadRejected("malformed sealed content") from None
 
     # ------------------------------------------------------------------ sealed to the server
     def seal_to_server(self, info: bytes, plaintext: bytes) -> str:

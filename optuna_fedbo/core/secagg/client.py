@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 import hashlib
+import json
 import os
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
@@ -82,6 +83,21 @@ def consistency_payload(
         **Message.base_of(setup), sender=sender, survivors=tuple(survivors), signature=b""
     )
     return unsigned.signed_payload() + keys
+
+
+def consistency_payloads(
+    setup: RoundSetup, survivors: tuple[str, ...], keys: bytes
+) -> Callable[[str], bytes]:
+    """``sender -> consistency_payload(setup, sender, survivors, keys)``, the survivor list
+    encoded once: the canonical JSON of the payload is cut around the sender's (escaped) name,
+    so checking ``t`` signatures of a list of ``N`` names costs ``O(N + t)``, not ``O(N t)``."""
+    marker = "\x00sender\x00"
+    encoded = json.dumps(marker).encode()
+    whole = consistency_payload(setup, marker, survivors, keys)
+    if whole.count(encoded) != 1:  # a participant named so: encode each payload whole
+        return lambda sender: consistency_payload(setup, sender, survivors, keys)
+    head, _, tail = whole.partition(encoded)
+    return lambda sender: head + json.dumps(sender).encode() + tail
 
 
 class SecAggClient:
@@ -298,11 +314,11 @@ class SecAggClient:
         if request.survivors != self._signed:
             raise MessageRejected("the unmask request's survivors differ from the list signed")
         vouched = 0
+        payload = consistency_payloads(setup, request.survivors, self._keys)
         for p, signature in sorted(request.signatures.items()):
             if vouched == setup.threshold:
                 break
-            payload = consistency_payload(setup, p, request.survivors, self._keys)
-            vouched += p in survivors and self._verify(p, payload, signature)
+            vouched += p in survivors and self._verify(p, payload(p), signature)
         if vouched < setup.threshold:
             raise MessageRejected(
                 f"only {vouched} valid survivor signatures (threshold {setup.threshold})"

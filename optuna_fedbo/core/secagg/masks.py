@@ -28,7 +28,6 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.hazmat.primitives.serialization import PublicFormat
 import numpy as np
 
-from optuna_fedbo.core.secagg.ring import ring_add
 from optuna_fedbo.core.secagg.ring import ring_sub
 from optuna_fedbo.core.secagg.ring import RingSpec
 from optuna_fedbo.core.secagg.setup import RoundSetup
@@ -85,8 +84,9 @@ def self_mask(seed: bytes, setup: RoundSetup, owner: str) -> np.ndarray:
 
 
 def add_all(vectors: list[np.ndarray], ring: RingSpec) -> np.ndarray:
-    """The ring sum of ``vectors`` (zero for none)."""
+    """The ring sum of ``vectors`` (zero for none): summed in place modulo ``2^64``, which
+    ``2^bits`` divides, and reduced once."""
     total = np.zeros(ring.dimension, dtype=np.uint64)
     for vector in vectors:
-        total = ring_add(total, vector, ring)
-    return total
+        np.add(total, np.asarray(vector, dtype=np.uint64), out=total)
+    return total & ring.mask

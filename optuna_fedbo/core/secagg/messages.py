@@ -58,6 +58,11 @@ def _array(value: Any, what: str) -> np.ndarray:
     raw = _unb64(value, what)
     if len(raw) % 8:
         raise MessageRejected(f"{what} is not a vector of 64-bit ring elements")
+    return _elements(raw)
+
+
+def _elements(raw: bytes | memoryview) -> np.ndarray:
+    """Little-endian 64-bit ring elements (a copy: the message owns its vector)."""
     return np.frombuffer(raw, dtype="<u8").astype(np.uint64)
 
 
@@ -106,15 +111,7 @@ class Message:
     setup_digest: str
 
     def to_dict(self) -> dict[str, Any]:
-        record: dict[str, Any] = {
-            "kind": self.kind,
-            "federation": self.federation,
-            "round": self.round_index,
-            "setup": self.setup_digest,
-        }
-        for name, codec in self._fields.items():
-            record[name] = _ENCODE[codec](getattr(self, name))
-        return record
+        return self._record(arrays=True)
 
     @classmethod
     def from_dict(cls, record: Any) -> Any:
@@ -123,6 +120,45 @@ class Message:
         Raises:
             MessageRejected: If it is of another kind or malformed.
         """
+        return cls._parse(record, None)
+
+    def to_header(self) -> tuple[dict[str, Any], list[bytes]]:
+        """:meth:`to_dict` for a binary frame: each ring-element vector is replaced by the
+        length of its raw little-endian bytes, which are returned in field order (a frame
+        carries them after the header, without base64)."""
+        record = self._record(arrays=False)
+        blobs = []
+        for name, codec in self._fields.items():
+            if codec == "array":
+                raw = np.ascontiguousarray(getattr(self, name), dtype="<u8").tobytes()
+                record[name] = len(raw)
+                blobs.append(raw)
+        return record, blobs
+
+    def _record(self, *, arrays: bool) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "kind": self.kind,
+            "federation": self.federation,
+            "round": self.round_index,
+            "setup": self.setup_digest,
+        }
+        for name, codec in self._fields.items():
+            if arrays or codec != "array":
+                record[name] = _ENCODE[codec](getattr(self, name))
+        return record
+
+    @classmethod
+    def from_header(cls, record: Any, tail: bytes) -> Any:
+        """Parse a record of :meth:`to_header` whose vectors are the raw bytes ``tail``.
+
+        Raises:
+            MessageRejected: If it is of another kind or malformed, or ``tail`` is not
+                exactly its vectors.
+        """
+        return cls._parse(record, memoryview(tail))
+
+    @classmethod
+    def _parse(cls, record: Any, tail: memoryview | None) -> Any:
         if not isinstance(record, dict) or record.get("kind") != cls.kind:
             raise MessageRejected(f"not a {cls.kind} message")
         expected = {"kind", "federation", "round", "setup", *cls._fields}
@@ -133,8 +169,19 @@ class Message:
             "round_index": _decode("int", record["round"], "round"),
             "setup_digest": _decode("str", record["setup"], "setup"),
         }
+        offset = 0
         for name, codec in cls._fields.items():
-            values[name] = _decode(codec, record[name], f"{cls.kind}.{name}")
+            what = f"{cls.kind}.{name}"
+            if codec == "array" and tail is not None:
+                size = _decode("int", record[name], what)
+                if size < 0 or size % 8 or offset + size > len(tail):
+                    raise MessageRejected(f"{what} is not a vector of 64-bit ring elements")
+                values[name] = _elements(tail[offset : offset + size])
+                offset += size
+            else:
+                values[name] = _decode(codec, record[name], what)
+        if tail is not None and offset != len(tail):
+            raise MessageRejected(f"a {cls.kind} message carries {len(tail) - offset} stray bytes")
         return cls(**values)
 
     def check_bound(self, setup: RoundSetup, party: str | None = None) -> None:
@@ -310,6 +357,19 @@ MESSAGE_KINDS: dict[str, type[Message]] = {
         UnmaskResponse,
     )
 }
+
+
+def message_from_header(record: Any, tail: bytes) -> Message:
+    """Parse any protocol message of a binary frame (:meth:`Message.to_header`) by its
+    ``kind``.
+
+    Raises:
+        MessageRejected: For an unknown kind, a malformed record or stray bytes.
+    """
+    kind = record.get("kind") if isinstance(record, dict) else None
+    if kind not in MESSAGE_KINDS:
+        raise MessageRejected(f"unknown secure-aggregation message kind {kind!r}")
+    return MESSAGE_KINDS[kind].from_header(record, tail)
 
 
 def message_from_dict(record: Any) -> Message:

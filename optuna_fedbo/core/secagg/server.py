@@ -12,12 +12,13 @@ key), removes every mask and returns the sum of the survivors' inputs and nothin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from optuna_fedbo.core.secagg.client import commitment
-from optuna_fedbo.core.secagg.client import consistency_payload
+from optuna_fedbo.core.secagg.client import consistency_payloads
 from optuna_fedbo.core.secagg.client import Verifier
 from optuna_fedbo.core.secagg.masks import add_all
 from optuna_fedbo.core.secagg.masks import mask_key_from_seed
@@ -38,7 +39,7 @@ from optuna_fedbo.core.secagg.messages import UnmaskResponse
 from optuna_fedbo.core.secagg.ring import decode
 from optuna_fedbo.core.secagg.ring import ring_sub
 from optuna_fedbo.core.secagg.setup import RoundSetup
-from optuna_fedbo.core.secagg.sharing import combine_seeds
+from optuna_fedbo.core.secagg.sharing import Combiner
 from optuna_fedbo.core.secagg.sharing import SEED_BYTES
 
 STEPS = ("keys", "shares", "masked", "consistency", "unmask", "done")
@@ -91,6 +92,12 @@ class SecAggServer:
         self._dropped: tuple[str, ...] = ()
         self._keys = b""  # the digest of this run's key directory
         self._workers = workers
+        #: The shares revealed so far of each owner's secret (``{index: share}``), the first
+        #: ``share_threshold`` to arrive; a full set is combined at once (see :meth:`_gather`).
+        self._revealed: dict[str, dict[int, bytes]] = {}
+        self._combiner: Combiner | None = None
+        #: The survivor signatures' payloads, the survivor list encoded once.
+        self._payloads: Callable[[str], bytes] | None = None
 
     @property
     def step(self) -> str:
@@ -140,6 +147,8 @@ class SecAggServer:
             raise MessageRejected(f"{sender!r} already sent its {message.kind} message")
         getattr(self, f"_check_{step}")(message)
         self._received[step][sender] = message
+        if step == "unmask":
+            self._gather(message)  # type: ignore[arg-type]
 
     def _check_keys(self, message: AdvertiseKeys) -> None:
         if not self._verify(message.sender, message.signed_payload(), message.signature):
@@ -162,16 +171,18 @@ class SecAggServer:
         survivors = self._senders("masked")
         if message.survivors != survivors:
             raise MessageRejected(f"{message.sender!r} signed another survivor list")
-        payload = consistency_payload(self.setup, message.sender, survivors, self._keys)
-        if not self._verify(message.sender, payload, message.signature):
+        if self._payloads is None:
+            self._payloads = consistency_payloads(self.setup, survivors, self._keys)
+        if not self._verify(message.sender, self._payloads(message.sender), message.signature):
             raise MessageRejected(f"{message.sender!r}'s survivor signature does not verify")
 
     def _check_unmask(self, message: UnmaskResponse) -> None:
-        survivors, dropped = set(self._senders("masked")), set(self._dropped)
-        held = {o for o in self._senders("shares") if message.sender in self.setup.holders(o)}
-        if not set(message.self_mask_shares) <= survivors & held:
+        held = self.setup.held_by(message.sender).intersection(self._received["shares"])
+        survivors = held.intersection(self._received["masked"])
+        dropped = held.intersection(self._dropped)
+        if not set(message.self_mask_shares) <= survivors:
             raise MessageRejected(f"{message.sender!r} revealed self-mask shares it may not")
-        if not set(message.mask_key_shares) <= dropped & held:
+        if not set(message.mask_key_shares) <= dropped:
             raise MessageRejected(f"{message.sender!r} revealed mask-key shares it may not")
         shares = [*message.self_mask_shares.values(), *message.mask_key_shares.values()]
         if any(len(s) != SEED_BYTES for s in shares):
@@ -246,32 +257,59 @@ class SecAggServer:
             signatures={p: m.signature for p, m in signed.items()},
         )
 
+    def _gather(self, message: UnmaskResponse) -> None:
+        """Keep the shares of a checked response, and start rebuilding every secret whose
+        ``share_threshold`` shares are now in (in worker processes, while the server goes on
+        waiting for and opening the other responses). Self-mask shares are only of survivors
+        and mask-key shares only of dropped participants (:meth:`_check_unmask`), so an owner
+        names one secret."""
+        setup = self.setup
+        needed = setup.share_threshold
+        if self._combiner is None:
+            jobs = len(self._received["masked"]) + len(self._dropped)
+            self._combiner = Combiner(jobs, workers=self._workers)
+        for given in (message.self_mask_shares, message.mask_key_shares):
+            for owner, share in given.items():
+                found = self._revealed.setdefault(owner, {})
+                if len(found) < needed:
+                    found[setup.share_index(owner, message.sender)] = share
+                    if len(found) == needed:
+                        self._combiner.submit(owner, found)
+
     def aggregate(self) -> AggregateResult:
         """Close step 5: rebuild the seeds, remove the masks, return the sum.
+
+        Each secret is rebuilt from the first ``share_threshold`` of its shares to arrive (any
+        of them determine it; a wrong one fails the check against the commitment or the public
+        key, and the round).
 
         Raises:
             RoundFailed: If fewer than ``t`` survivors answered, some participant's secret has
                 fewer than ``share_threshold`` shares, or a rebuilt seed fails its check.
         """
+        try:
+            return self._aggregate()
+        finally:
+            if self._combiner is not None:
+                self._combiner.close()
+
+    def _aggregate(self) -> AggregateResult:
         setup = self.setup
         self._close("unmask", setup.threshold, "revealed shares")
-        responses: dict[str, UnmaskResponse] = self._received["unmask"]  # type: ignore[assignment]
         masked: dict[str, MaskedInput] = self._received["masked"]  # type: ignore[assignment]
         adverts: dict[str, AdvertiseKeys] = self._received["keys"]  # type: ignore[assignment]
         shares: dict[str, ShareKeys] = self._received["shares"]  # type: ignore[assignment]
         survivors = self._senders("masked")
+        needed = setup.share_threshold
         try:
-            jobs = [
-                self._shares(o, {r: m.self_mask_shares for r, m in responses.items()})
-                for o in survivors
-            ]
-            jobs += [
-                self._shares(o, {r: m.mask_key_shares for r, m in responses.items()})
-                for o in self._dropped
-            ]
-            seeds = dict(
-                zip((*survivors, *self._dropped), combine_seeds(jobs, workers=self._workers))
-            )
+            for owner in (*survivors, *self._dropped):
+                count = len(self._revealed.get(owner, ()))
+                if count < needed:
+                    raise RoundFailed(
+                        f"only {count} shares of {owner!r} were revealed ({needed} needed)"
+                    )
+            assert self._combiner is not None  # made at the first response, >= t of them
+            seeds = self._combiner.results()
             removed = []
             for owner in survivors:
                 if commitment(setup, owner, seeds[owner]) != shares[owner].commitment:
@@ -301,22 +339,3 @@ class SecAggServer:
             survivors=survivors,
             recovered=self._dropped,
         )
-
-    def _shares(self, owner: str, revealed: dict[str, dict[str, bytes]]) -> dict[int, bytes]:
-        """The ``share_threshold`` revealed shares of ``owner``'s secret with the smallest
-        indices (``{index: share}``).
-
-        Raises:
-            RoundFailed: If fewer were revealed.
-        """
-        found = {
-            self.setup.share_index(owner, holder): given[owner]
-            for holder, given in revealed.items()
-            if owner in given
-        }
-        needed = self.setup.share_threshold
-        if len(found) < needed:
-            raise RoundFailed(
-                f"only {len(found)} shares of {owner!r} were revealed ({needed} needed)"
-            )
-        return dict(sorted(found.items())[:needed])

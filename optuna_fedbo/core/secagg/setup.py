@@ -104,6 +104,19 @@ class RoundSetup:
     def _share_indices(self) -> dict[str, dict[str, int]]:
         return {p: {h: i + 1 for i, h in enumerate(hs)} for p, hs in self._holders.items()}
 
+    @cached_property
+    def _held(self) -> dict[str, frozenset[str]]:
+        held: dict[str, set[str]] = {p: set() for p in self.participants}
+        for owner, holders in self._holders.items():
+            for holder in holders:
+                held[holder].add(owner)
+        return {p: frozenset(owners) for p, owners in held.items()}
+
+    def held_by(self, holder: str) -> frozenset[str]:
+        """Whose secrets ``holder`` holds shares of (itself included): the owners ``o`` with
+        ``holder in holders(o)``."""
+        return self._held.get(holder, frozenset())
+
     def holders(self, participant: str) -> tuple[str, ...]:
         """Who holds shares of ``participant``'s secrets (its neighbours and itself), sorted;
         the Shamir index of holder ``h`` is ``holders.index(h) + 1``."""

@@ -8,12 +8,15 @@ read, alter, nor move a share to another holder, round or federation.
 
 Combining is pycryptodome's too, and pure Python: about 25 ms of one core for 17 shares, so the
 server's hundreds per round (one per survivor and one per dropout) are spread over a pool of
-worker processes (:func:`combine_seeds`; each call is the library's, unchanged).
+worker processes (:func:`combine_seeds`, or :class:`Combiner`, which starts each combination
+as soon as its shares are in; each call is the library's, unchanged).
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from collections.abc import Sequence
+from concurrent.futures import Future
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 import gc
@@ -79,6 +82,70 @@ def combine_seeds(jobs: Sequence[dict[int, bytes]], *, workers: int | None = Non
     except (OSError, BrokenProcessPool) as error:
         _logger.warning(f"Combining the Shamir shares in this process ({error!r}).")
         return [Shamir.combine(shares) for shares in ordered]
+
+
+class Combiner:
+    """Rebuilds seeds as their shares come in: each :meth:`submit` starts one ``Shamir.combine``
+    in a forked worker process (as :func:`combine_seeds` runs them), so that in a live round
+    the combinations run while the server still waits for, and opens, the other answers.
+
+    Args:
+        jobs: How many seeds the round will rebuild (sizes the pool, see :func:`pool_size`;
+            with one worker or fewer, every combination runs in this process, at
+            :meth:`results`).
+        workers: The most worker processes (default: the usable cores).
+    """
+
+    def __init__(self, jobs: int, workers: int | None = None) -> None:
+        self._count = pool_size(jobs, workers)
+        self._pool: ProcessPoolExecutor | None = None
+        self._jobs: dict[Hashable, list[tuple[int, bytes]]] = {}
+        self._futures: dict[Hashable, Future[bytes]] = {}
+
+    def submit(self, key: Hashable, shares: dict[int, bytes]) -> None:
+        """Start rebuilding the seed ``key`` from ``{index: share}`` (exactly the threshold of
+        shares of one secret, all used)."""
+        ordered = sorted(shares.items())
+        self._jobs[key] = ordered
+        if self._count < 2:
+            return
+        try:
+            if self._pool is None:
+                context = multiprocessing.get_context("fork")
+                self._pool = ProcessPoolExecutor(
+                    self._count, mp_context=context, initializer=gc.disable
+                )
+            self._futures[key] = self._pool.submit(Shamir.combine, ordered)
+        except (OSError, RuntimeError, BrokenProcessPool) as error:
+            _logger.warning(f"Combining the Shamir shares in this process ({error!r}).")
+            self._count = 1
+            self.close()
+
+    def results(self) -> dict[Hashable, bytes]:
+        """Every submitted seed (waits for the workers; what a lost worker did not finish, or
+        the pool did not take, is combined here). Closes the pool."""
+        seeds: dict[Hashable, bytes] = {}
+        try:
+            for key, ordered in self._jobs.items():
+                future = self._futures.get(key)
+                if future is not None:
+                    try:
+                        seeds[key] = future.result()
+                        continue
+                    except BrokenProcessPool as error:
+                        _logger.warning(f"Combining the Shamir shares here ({error!r}).")
+                        self._futures.clear()
+                seeds[key] = Shamir.combine(ordered)
+        finally:
+            self.close()
+        return seeds
+
+    def close(self) -> None:
+        """Stop the workers (pending combinations are dropped)."""
+        pool, self._pool = self._pool, None
+        self._futures.clear()
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _channel(

@@ -200,7 +200,7 @@ class SecureRounds:
         self.server = server
         self.coordinator = SecAggCoordinator(
             server.federation,
-            open_upload=server._open_upload,
+            open_upload=server._open_upload_bytes,
             min_uploads=server._min_uploads,
             round_timeout=server.current_round_timeout,
         )

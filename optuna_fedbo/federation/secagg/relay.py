@@ -39,7 +39,7 @@ from optuna.trial import create_trial
 from optuna.trial import TrialState
 
 from optuna_fedbo.core.secagg.messages import Message
-from optuna_fedbo.core.secagg.messages import message_from_dict
+from optuna_fedbo.core.secagg.messages import message_from_header
 from optuna_fedbo.core.secagg.messages import MessageRejected
 from optuna_fedbo.core.secagg.setup import RoundSetup
 from optuna_fedbo.federation._codec import canonical_json
@@ -273,30 +273,39 @@ def verify_record(
     return body
 
 
-def message_plaintext(attempt: int, step: str, message: Message) -> str:
-    """A participant message's plaintext (sealed to the server as an upload)."""
-    return canonical_json({"attempt": attempt, "step": step, "message": message.to_dict()})
+def message_plaintext(attempt: int, step: str, message: Message) -> bytes:
+    """A participant message's plaintext (sealed to the server as an upload): a binary frame,
+    the canonical JSON header (attempt, step and the message, its ring-element vectors
+    replaced by their lengths), a newline, then the vectors' raw bytes (no base64 inside the
+    envelope's own)."""
+    header, blobs = message.to_header()
+    head = canonical_json({"attempt": attempt, "step": step, "message": header}).encode()
+    return b"".join((head, b"\n", *blobs))
 
 
-def parse_message(plaintext: str, attempt: int, step: str, client_id: str) -> Message:
+def parse_message(plaintext: bytes, attempt: int, step: str, client_id: str) -> Message:
     """The protocol message of an opened upload found under ``client_id``'s key of a step.
 
     Raises:
         MessageRejected: If it is malformed, of another attempt or step, or names another
             sender.
     """
+    if not isinstance(plaintext, bytes):
+        raise MessageRejected("malformed secure-aggregation message")
+    head, newline, tail = plaintext.partition(b"\n")
     try:
-        record = json.loads(plaintext)
+        record = json.loads(head)
     except ValueError:
         raise MessageRejected("malformed secure-aggregation message") from None
-    if not isinstance(record, dict) or set(record) != {"attempt", "step", "message"}:
+    fields = {"attempt", "step", "message"}
+    if not newline or not isinstance(record, dict) or set(record) != fields:
         raise MessageRejected("malformed secure-aggregation message")
     if record["attempt"] != attempt or record["step"] != step:
         raise MessageRejected(
             f"a message of attempt {record['attempt']!r} step {record['step']!r} found under "
             f"attempt {attempt} step {step!r} (a copy)"
         )
-    message = message_from_dict(record["message"])
+    message = message_from_header(record["message"], tail)
     if getattr(message, "sender", None) != client_id:
         raise MessageRejected(
             f"written under {client_id!r} but sent by {getattr(message, 'sender', None)!r}"

@@ -83,7 +83,7 @@ class SecAggCoordinator:
     Args:
         federation: The federation (with secure aggregation).
         open_upload: ``(client_id, text, round) -> (counter, plaintext)``: the server's check
-            and opening of an upload (``FederationServer._open_upload``).
+            and opening of an upload (``FederationServer._open_upload_bytes``).
         min_uploads: The server's ``min_uploads``.
         round_timeout: The server's current round timeout (``None``: wait for everyone).
     """
@@ -92,7 +92,7 @@ class SecAggCoordinator:
         self,
         federation: Any,
         *,
-        open_upload: Callable[[str, str, int], tuple[int, str]],
+        open_upload: Callable[[str, str, int], tuple[int, bytes]],
         min_uploads: int,
         round_timeout: Callable[[], float | None],
     ) -> None:
