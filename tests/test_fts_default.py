@@ -14,6 +14,7 @@ from optuna.distributions import FloatDistribution
 import pytest
 
 from optuna_fedbo import LocalGPSampler
+from optuna_fedbo.core import gp_fit as _gp_fit
 from optuna_fedbo.core.acquisition import LinearAcquisition
 from optuna_fedbo.core.gp import GaussianProcess
 from optuna_fedbo.core.gp_fit import REFIT_GROWTH
@@ -383,6 +384,39 @@ def test_the_broadcast_is_weighed_again_as_often_as_hyperparameters_are_refitted
     assert len(steps) == 35 and weighings == expected
     assert 10 < len(weighings) < len(steps)  # weighed at every trial below 8, then less often
     assert {20, 22} <= set(weighings) and 21 not in weighings  # on another block, and back
+
+
+def test_the_participant_refits_from_ten_observations_on_and_searches_ten_iterations(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Hyperparameters fitted at every trial up to 10 observations, then once they have grown
+    by 10% (the fits were 40% of a trial at 11-20 trials); the acquisition refined with at
+    most 10 L-BFGS-B iterations."""
+    fitted, iterations = [], []
+    fit_gp, maximize_on_gp = _gp_fit.fit_gp, _fed_transfer.maximize_on_gp
+
+    def counted_fit(X, y, **options):  # noqa: ANN001, ANN003, ANN202
+        fitted.append(len(y))
+        return fit_gp(X, y, **options)
+
+    def counted_search(*args, **options):  # noqa: ANN002, ANN003, ANN202
+        iterations.append(options["max_iterations"])
+        return maximize_on_gp(*args, **options)
+
+    monkeypatch.setattr(_gp_fit, "fit_gp", counted_fit)
+    monkeypatch.setattr(_fed_transfer, "maximize_on_gp", counted_search)
+    fed = _federation(n_clients=1)
+    server = FederationServer(fed)
+    study = optuna.create_study(direction="maximize", sampler=FedTransferSampler(fed, "a", seed=0))
+    for _ in range(25):
+        study.optimize(
+            lambda t: -((t.suggest_float("x", 0, 1) - 0.4) ** 2) - t.suggest_float("y", 0, 1),
+            n_trials=1,
+        )
+        server.step(force=True)
+    assert fitted == [5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 21, 24]
+    assert iterations == [_fed_transfer.SEARCH_MAX_ITERATIONS] * 20
+    assert _fed_transfer.SEARCH_MAX_ITERATIONS == 10
 
 
 def test_normalization_modes() -> None:

@@ -336,6 +336,19 @@ def test_update_gp_refits_early_then_only_after_growth_and_caps_the_points() -> 
     assert fresh.n_observations == 300 and fresh.params.lengthscales.shape == (2,)
 
 
+def test_update_gp_keeps_the_fit_from_refit_from_on() -> None:
+    rng = np.random.default_rng(1)
+    X = rng.uniform(size=(20, 2))
+    y = np.sin(6.0 * X[:, 0]) + X[:, 1]
+    fit = update_gp(X[:10], y[:10], None, rng, refit_from=10)[1]
+    gp, kept = update_gp(X[:10], y[:10], fit, rng, refit_from=10)
+    assert kept is fit and gp.params is fit.params  # from refit_from on: kept below 10% more
+    _, kept = update_gp(X[:10], y[:10], fit, rng)
+    assert kept is not fit  # the default (REFIT_FROM, 20): refitted every time below it
+    _, refitted = update_gp(X[:11], y[:11], fit, rng, refit_from=10)
+    assert refitted.n_observations == 11
+
+
 def test_the_search_budget_shrinks_only_in_large_studies() -> None:
     assert search_budget(LARGE_STUDY, 1024, 8) == (1024, 8, 0)
     # Beyond: an eighth of the candidates (at least 64), a zoom instead of L-BFGS-B.

@@ -61,6 +61,24 @@ def test_each_stored_text_is_opened_once_across_polls() -> None:
     assert valid == {"a": "a2"} and opener.opened.count("sealed-a2") == 1
 
 
+def test_each_stored_text_is_digested_once_across_polls(monkeypatch) -> None:
+    """A pooled upload is several hundred kilobytes: its receipt is computed when its text is
+    first seen, not at every poll of the round."""
+    digested: list[bytes] = []
+    sha256 = _uploads.hashlib.sha256
+
+    def counted(data: bytes):  # noqa: ANN202
+        digested.append(data)
+        return sha256(data)
+
+    monkeypatch.setattr(_uploads, "hashlib", SimpleNamespace(sha256=counted))
+    collector: UploadCollector[str] = UploadCollector(_Opener())
+    for _ in range(3):
+        collector.collect({"a": "sealed-a1", "b": "forged"}, 0, _parse)
+    assert sorted(digested) == [b"forged", b"sealed-a1"]
+    assert collector.receipts == {"a": text_digest("sealed-a1")[:32]}
+
+
 def test_only_an_older_counter_is_a_replay() -> None:
     collector: UploadCollector[str] = UploadCollector(_Opener())
     assert collector.collect({"a": "sealed-a2"}, 0, _parse)[0] == {"a": "a2"}

@@ -430,9 +430,9 @@ def test_an_upload_by_digest_is_checked_at_the_boundary() -> None:
         parse(json.dumps(both), (vector_digest(vector), vector))
 
 
-def test_a_pooled_participant_refreshes_its_statistics_every_five_percent(monkeypatch) -> None:
-    """Fresh statistics after every trial up to 21 observations, then once they have grown by
-    5%; in between the last ones again, by digest, and the server reuses its posterior."""
+def test_a_pooled_participant_refreshes_its_statistics_every_ten_percent(monkeypatch) -> None:
+    """Fresh statistics after every trial up to 11 observations, then once they have grown by
+    10%; in between the last ones again, by digest, and the server reuses its posterior."""
     pooled, chosen = [], []
 
     def counted(statistics, keep=None, **options):  # noqa: ANN001, ANN003, ANN202
@@ -456,10 +456,11 @@ def test_a_pooled_participant_refreshes_its_statistics_every_five_percent(monkey
         else:
             np.testing.assert_array_equal(broadcast, previous)
         previous = broadcast
-    assert fresh == [*range(1, 22), 23, 25, 27, 29]
+    assert fresh == [*range(1, 12), 13, 15, 17, 19, 21, 24, 27, 30]
     assert pooled == fresh
-    # Block, noise and offsets chosen again only once the observations grew by 10%.
-    assert chosen == [*range(1, 12), 13, 15, 17, 19, 21, 25, 29]
+    # Block, noise and offsets chosen again only once the observations grew by 10%: with
+    # statistics as fresh, at every refresh.
+    assert chosen == fresh
 
 
 # --------------------------------------------------------------------------- participant

@@ -190,6 +190,7 @@ def maximize_on_gp(
     n_observations: int,
     n_candidates: int = 1024,
     n_refinements: int = 8,
+    max_iterations: int = ACQUISITION_MAX_ITERATIONS,
 ) -> np.ndarray:
     """Maximize an acquisition of a GP: random candidates, candidates near the incumbents,
     then L-BFGS-B in lengthscale-scaled coordinates (a zoom in large studies).
@@ -204,6 +205,7 @@ def maximize_on_gp(
             studies: :func:`~optuna_fedbo.core.acquisition.search_budget`).
         n_candidates: Random candidates scored (an eighth more are drawn near the incumbents).
         n_refinements: Best candidates refined with L-BFGS-B.
+        max_iterations: L-BFGS-B iteration limit of the refinement.
 
     Returns:
         The chosen encoded point, shape ``(D,)``.
@@ -220,7 +222,7 @@ def maximize_on_gp(
         n_refinements=budget.n_refinements,
         n_zoom=budget.n_zoom,
         extra_candidates=np.clip(np.vstack([incumbents[:1], local]), 0.0, 1.0),
-        max_iterations=ACQUISITION_MAX_ITERATIONS,
+        max_iterations=max_iterations,
         scales=gp.params.lengthscales,
     )
     return point

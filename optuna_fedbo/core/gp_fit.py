@@ -252,12 +252,13 @@ def update_gp(
     constant_mean: str = "mean",
     max_points: int = MAX_GP_POINTS,
     refit_growth: float = REFIT_GROWTH,
+    refit_from: int = REFIT_FROM,
 ) -> tuple[GaussianProcess, GPFitState]:
     """The GP of a growing set of observations, refitted as often as it pays.
 
     At most ``max_points`` observations are modelled (:func:`subset_indices`). Hyperparameters
-    are warm-started from ``last_fit``; from :data:`REFIT_FROM` observations on they are kept
-    (the GP only conditioned on the new data) until the data has grown by ``refit_growth``.
+    are warm-started from ``last_fit``; from ``refit_from`` observations on they are kept (the
+    GP only conditioned on the new data) until the data has grown by ``refit_growth``.
 
     Args:
         X: Encoded inputs of shape ``(n, D)``.
@@ -269,6 +270,7 @@ def update_gp(
             (:data:`~optuna_fedbo.core.gp.CONSTANT_MEANS`).
         max_points: Cap on the number of observations modelled.
         refit_growth: Growth factor of the data that triggers a refit.
+        refit_from: Observations from which the fit is kept between refits (every fit before).
 
     Returns:
         ``(gp, fit)``: the GP and the fit it used (``last_fit`` when not refitted).
@@ -281,7 +283,7 @@ def update_gp(
     if last_fit is not None and last_fit.params.lengthscales.shape == (X.shape[1],):
         warm = last_fit.params
     if warm is not None and last_fit is not None:
-        if REFIT_FROM <= n < refit_growth * last_fit.n_observations:
+        if refit_from <= n < refit_growth * last_fit.n_observations:
             return (
                 GaussianProcess(X, y, warm, prior_mean=prior, constant_mean=constant_mean),
                 last_fit,

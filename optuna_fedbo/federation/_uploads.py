@@ -34,7 +34,10 @@ class UploadCollector(Generic[Parsed]):
 
     def __init__(self, open_upload: Callable[[str, str, int], tuple[int, str]]) -> None:
         self._open = open_upload
-        self._parsed: dict[str, tuple[str, Parsed | UploadRejected]] = {}
+        # Each participant's last stored text, what it parsed to and the text's receipt: a
+        # server polls the open round many times, and a pooled upload is several hundred
+        # kilobytes to open, parse and digest.
+        self._parsed: dict[str, tuple[str, Parsed | UploadRejected, str]] = {}
         self._logged: set[tuple[int, str, str]] = set()
         self._counters: dict[str, int] = {}
         #: Monotonic time at which the open round's first valid upload was seen.
@@ -80,7 +83,7 @@ class UploadCollector(Generic[Parsed]):
         for client_id, text in sorted(raw.items()):
             cached = self._parsed.get(client_id)
             if cached is not None and cached[0] == text:
-                outcome = cached[1]
+                outcome, receipt = cached[1], cached[2]
             else:
                 try:
                     counter, plaintext = self._open(client_id, text, round_index)
@@ -93,14 +96,15 @@ class UploadCollector(Generic[Parsed]):
                     self._counters[client_id] = counter
                 except UploadRejected as error:
                     outcome = error
-                self._parsed[client_id] = (text, outcome)
+                receipt = hashlib.sha256(str(text).encode()).hexdigest()
+                self._parsed[client_id] = (text, outcome, receipt)
             if not isinstance(outcome, UploadRejected):
                 valid[client_id] = outcome
-                self.receipts[client_id] = hashlib.sha256(text.encode()).hexdigest()[:32]
+                self.receipts[client_id] = receipt[:32]
                 continue
             self.receipts.pop(client_id, None)
             rejected.append((client_id, str(outcome)))
-            key = (round_index, client_id, hashlib.sha256(str(text).encode()).hexdigest())
+            key = (round_index, client_id, receipt)
             if key not in self._logged:
                 self._logged.add(key)
                 _logger.warning(

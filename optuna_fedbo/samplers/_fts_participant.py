@@ -95,8 +95,8 @@ class FTSParticipant(FedSampler):
     round: by default (``aggregation="pooled"``) the sufficient statistics of its values,
     oriented for maximization, on the shared random features and the single-scale feature
     blocks (:mod:`optuna_fedbo.core.pooling`), refreshed once its observations have grown by
-    :data:`~optuna_fedbo.samplers._fts_upload.STATISTICS_REFRESH` (5%; so after every trial up
-    to 21 observations) and otherwise named by digest; otherwise ``omega_{n,t}`` from its
+    :data:`~optuna_fedbo.samplers._fts_upload.STATISTICS_REFRESH` (10%; so after every trial up
+    to 11 observations) and otherwise named by digest; otherwise ``omega_{n,t}`` from its
     posterior over the shared features, fitted to its values normalized as
     ``FTSConfig.normalization`` says (:meth:`_vector`). Errors there are logged, never raised
     into ``study.optimize``.
