@@ -16,6 +16,7 @@ from optuna_fedbo.core.secagg.messages import message_from_dict
 from optuna_fedbo.core.secagg.messages import MessageRejected
 from optuna_fedbo.core.secagg.ring import encode
 from optuna_fedbo.core.secagg.ring import plan_ring
+from optuna_fedbo.core.secagg.ring import RingSpec
 from optuna_fedbo.core.secagg.server import RoundFailed
 from optuna_fedbo.core.secagg.server import SecAggServer
 from optuna_fedbo.core.secagg.setup import RoundSetup
@@ -296,7 +297,8 @@ def test_a_wrong_share_fails_the_round_instead_of_a_wrong_sum(
     assert state.server.step == "failed"
 
 
-def test_secagg_plus_shares_only_between_neighbours() -> None:
+def _sparse_round() -> tuple[tuple[str, ...], RingSpec, RoundSetup, SecAggServer, dict]:
+    """Twelve participants on a SecAgg+ graph of degree 4, their keys advertised."""
     ids = tuple(f"q{i:02d}" for i in range(12))
     ring = plan_ring(n_inputs=12, bound=1.0, step=1e-3, dimension=3)
     setup = RoundSetup("fed", 5, ids, 7, ring, degree=4)
@@ -307,6 +309,11 @@ def test_secagg_plus_shares_only_between_neighbours() -> None:
     }
     for c in clients.values():
         server.receive(c.advertise())
+    return ids, ring, setup, server, clients
+
+
+def test_secagg_plus_shares_only_between_neighbours() -> None:
+    ids, ring, setup, server, clients = _sparse_round()
     directory = server.key_directory()
     shares = {p: c.share_keys(directory) for p, c in clients.items()}
     owner = "q00"
@@ -355,16 +362,7 @@ def test_held_by_is_the_inverse_of_holders(degree: int | None) -> None:
 
 
 def test_secagg_plus_server_refuses_a_share_revealed_by_a_non_holder() -> None:
-    ids = tuple(f"q{i:02d}" for i in range(12))
-    ring = plan_ring(n_inputs=12, bound=1.0, step=1e-3, dimension=3)
-    setup = RoundSetup("fed", 5, ids, 7, ring, degree=4)
-    identities = Identities(ids)
-    server = SecAggServer(setup, verify=identities.verify)
-    clients = {
-        p: SecAggClient(setup, p, sign=identities.signer(p), verify=identities.verify) for p in ids
-    }
-    for c in clients.values():
-        server.receive(c.advertise())
+    ids, ring, setup, server, clients = _sparse_round()
     directory = server.key_directory()
     for c in clients.values():
         server.receive(c.share_keys(directory))
