@@ -62,32 +62,24 @@ def pool_size(jobs: int, workers: int | None = None) -> int:
 
 def combine_seeds(jobs: Sequence[dict[int, bytes]], *, workers: int | None = None) -> list[bytes]:
     """The seed of each ``{index: share}`` of ``jobs`` (exactly the threshold of shares of one
-    secret, all used), in order.
+    secret, all used), in order: :class:`Combiner` with every job submitted at once."""
+    combiner = Combiner(len(jobs), workers)
+    for index, job in enumerate(jobs):
+        combiner.submit(index, job)
+    seeds = combiner.results()
+    return [seeds[index] for index in range(len(jobs))]
+
+
+class Combiner:
+    """Rebuilds seeds as their shares come in: each :meth:`submit` starts one ``Shamir.combine``
+    in a forked worker process, so that in a live round the combinations run while the server
+    still waits for, and opens, the other answers.
 
     The combinations are independent calls of ``Shamir.combine``; with :func:`pool_size` above
     1 they run in forked worker processes that hold no secret but their jobs' shares and run
     nothing else (their garbage collector is off, so no object inherited from this process,
     such as a storage connection, is finalised in them). A pool that cannot start or loses a
     worker is logged and the combinations run in this process.
-    """
-    ordered = [sorted(job.items()) for job in jobs]
-    count = pool_size(len(ordered), workers)
-    if count < 2:
-        return [Shamir.combine(shares) for shares in ordered]
-    context = multiprocessing.get_context("fork")
-    chunk = -(-len(ordered) // (4 * count))
-    try:
-        with ProcessPoolExecutor(count, mp_context=context, initializer=gc.disable) as pool:
-            return list(pool.map(Shamir.combine, ordered, chunksize=chunk))
-    except (OSError, BrokenProcessPool) as error:
-        _logger.warning(f"Combining the Shamir shares in this process ({error!r}).")
-        return [Shamir.combine(shares) for shares in ordered]
-
-
-class Combiner:
-    """Rebuilds seeds as their shares come in: each :meth:`submit` starts one ``Shamir.combine``
-    in a forked worker process (as :func:`combine_seeds` runs them), so that in a live round
-    the combinations run while the server still waits for, and opens, the other answers.
 
     Args:
         jobs: How many seeds the round will rebuild (sizes the pool, see :func:`pool_size`;
