@@ -391,6 +391,36 @@ def test_a_killed_server_process_resumes_without_double_counting(
     assert len(complete) == 2
 
 
+_PARTICIPANT_SCRIPT = """
+import sys
+import optuna
+from optuna_fedbo import FedSampler
+from optuna_fedbo.federation import Federation
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+fed = Federation.load("dp", sys.argv[1])
+study = optuna.create_study(sampler=FedSampler(fed, client_id="c0", seed=0))
+study.optimize(lambda t: t.suggest_float("x", 0, 1) + t.suggest_float("y", -5, 5), n_trials=3)
+assert fed.has_sent("c0", 0), "no upload"
+print("dp_accounting" in sys.modules)
+"""
+
+
+def test_a_participant_checks_the_ledger_without_loading_the_accountant(tmp_path: Path) -> None:
+    # Before an upload a participant checks the ledger's chain (not epsilon): importing
+    # dp-accounting (scipy.signal, scipy.stats) takes seconds in every participant process.
+    url = f"sqlite:///{tmp_path / 'dp.db'}"
+    _federation(3, storage=url, join=0)
+    done = subprocess.run(
+        [sys.executable, "-c", _PARTICIPANT_SCRIPT, url],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False"]
+
+
 # ---------------------------------------------------------------------------- the budget
 @pytest.mark.parametrize("kind", ["memory", "journal"])
 def test_the_server_never_publishes_past_the_budget(

@@ -171,7 +171,8 @@ class PrivacyLedger:
     def __init__(self, store: FederationStore, privacy: DPConfig, n_clients: int) -> None:
         self._store = store
         self._privacy = privacy.resolve(n_clients)
-        self._curve = self._privacy.curve(n_clients)
+        self._n_clients = n_clients
+        self._curve: EpsilonCurve | None = None  # on first use (see curve)
         self._lock = threading.RLock()
         self._mark: HighWaterMark | None = None
         # Entry digests by key, with the (cached, unchanged) body they were computed from.
@@ -196,8 +197,13 @@ class PrivacyLedger:
 
     @property
     def curve(self) -> EpsilonCurve:
-        """Epsilon as a function of the number of accounted payloads."""
-        return self._curve
+        """Epsilon as a function of the number of accounted payloads (computed on first use: a
+        participant that only checks the ledger's chain before an upload never loads
+        dp-accounting, whose import takes seconds)."""
+        with self._lock:
+            if self._curve is None:
+                self._curve = self._privacy.curve(self._n_clients)
+            return self._curve
 
     @property
     def delta(self) -> float:
@@ -286,7 +292,7 @@ class PrivacyLedger:
     def spent(self) -> tuple[float, float]:
         """``(epsilon, delta)`` after every release known: those of the ledger, or more if the
         server's signed records prove more (a deleted or rolled-back ledger: warned)."""
-        return self._curve.epsilon(self.standing()[0]), self.delta
+        return self.curve.epsilon(self.standing()[0]), self.delta
 
     def exhausted(self) -> dict[str, Any] | None:
         """The server's budget-exhausted record, or ``None`` while the budget lasts."""
@@ -307,7 +313,7 @@ class PrivacyLedger:
             "neighbouring_relation": privacy.neighbouring_relation,
             "delta": self.delta,
             "rounds_accounted": rounds,
-            "epsilon": self._curve.epsilon(rounds),
+            "epsilon": self.curve.epsilon(rounds),
             "epsilon_budget": privacy.epsilon_budget,
             "budget_exhausted": self.exhausted(),
             "unverified_entries": len(problems),
@@ -371,8 +377,9 @@ class PrivacyLedger:
         budget = self.budget
         if budget is None:
             return count
+        curve = self.curve  # (built before the time box starts)
         start = time.perf_counter()
-        while self._curve.epsilon(count) <= budget and time.perf_counter() - start < seconds:
+        while curve.epsilon(count) <= budget and time.perf_counter() - start < seconds:
             count += 1
         _logger.debug(
             f"Precomputed epsilon up to count {count} for the budget {budget:g} "
@@ -385,7 +392,7 @@ class PrivacyLedger:
         budget = self.budget
         if budget is None:
             return False
-        return self._curve.epsilon(self.n_released() + 1) > budget
+        return self.curve.epsilon(self.n_released() + 1) > budget
 
     def is_accounted(self, payload_digest: str) -> bool:
         """Whether a payload (by digest) is in the ledger."""
@@ -458,7 +465,7 @@ class PrivacyLedger:
             entry = LedgerEntry(
                 round=int(round_index),
                 n_accounted=n_accounted,
-                epsilon=self._curve.epsilon(n_accounted),
+                epsilon=self.curve.epsilon(n_accounted),
                 delta=self.delta,
                 accountant=privacy.accountant,
                 noise_multiplier=privacy.noise_multiplier,
@@ -503,7 +510,7 @@ class PrivacyLedger:
             entry = LedgerEntry(
                 round=int(round_index),
                 n_accounted=n_accounted,
-                epsilon=self._curve.epsilon(n_accounted),
+                epsilon=self.curve.epsilon(n_accounted),
                 delta=self.delta,
                 accountant=self._privacy.accountant,
                 noise_multiplier=self._privacy.noise_multiplier,
@@ -549,8 +556,8 @@ class PrivacyLedger:
             record = {
                 "round": int(round_index),
                 "rounds_accounted": spent,
-                "epsilon": self._curve.epsilon(spent),
-                "epsilon_next": self._curve.epsilon(spent + 1),
+                "epsilon": self.curve.epsilon(spent),
+                "epsilon_next": self.curve.epsilon(spent + 1),
                 "epsilon_budget": self.budget,
                 "delta": self.delta,
                 "at": time.time(),
