@@ -105,10 +105,12 @@ def squared_distances(
     ``|a - b|^2 = |a|^2 + |b|^2 - 2 a.b`` (clipped at zero against rounding); ``b_norms``:
     ``|b|^2`` if already computed.
     """
-    b_norms = np.sum(b * b, axis=1) if b_norms is None else b_norms
+    # ndarray.sum: the same reduction as np.sum without its dispatch (an acquisition gradient
+    # calls this on a few points, where the overhead is the cost).
+    b_norms = (b * b).sum(axis=1) if b_norms is None else b_norms
     sq = a @ b.T
     sq *= -2.0
-    sq += np.sum(a * a, axis=1)[:, None]
+    sq += (a * a).sum(axis=1)[:, None]
     sq += b_norms[None, :]
     return np.maximum(sq, 0.0, out=sq)
 
@@ -298,7 +300,8 @@ class GaussianProcess:
             ``(mean, variance, mean_grad, variance_grad)``: arrays of shape ``(m,)``, and
             ``(m, D)`` for the gradients (``None`` unless ``with_grads``).
         """
-        X = np.atleast_2d(np.asarray(X, dtype=float))
+        if not (type(X) is np.ndarray and X.ndim == 2 and X.dtype == np.float64):
+            X = np.atleast_2d(np.asarray(X, dtype=float))
         signal = self.params.signal_variance
         with one_blas_thread():
             sq = self._cross_distances(X)
