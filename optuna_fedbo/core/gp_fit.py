@@ -18,6 +18,8 @@ import math
 import numpy as np
 
 from optuna_fedbo.core.gp import check_constant_mean
+from optuna_fedbo.core.gp import cholesky_lower
+from optuna_fedbo.core.gp import cholesky_solve
 from optuna_fedbo.core.gp import GaussianProcess
 from optuna_fedbo.core.gp import KernelParams
 from optuna_fedbo.core.gp import lengthscale_prior_median
@@ -75,8 +77,6 @@ def log_posterior_and_grad(
         ``(value, gradient)``; ``(-inf, zeros)`` where the kernel matrix is not positive
         definite.
     """
-    import scipy.linalg
-
     n, _, n_columns = sq_diff.shape
     params = KernelParams.from_raw(raw, minimum_noise)
     inv_l2 = params.lengthscales**-2
@@ -88,10 +88,10 @@ def log_posterior_and_grad(
     gram = params.signal_variance * correlation
     gram[np.diag_indices(n)] += params.noise_variance
     try:
-        cholesky = scipy.linalg.cholesky(gram, lower=True, check_finite=False)
+        cholesky = cholesky_lower(gram)
     except np.linalg.LinAlgError:
         return -math.inf, np.zeros_like(raw)
-    alpha = scipy.linalg.cho_solve((cholesky, True), targets, check_finite=False)
+    alpha = cholesky_solve(cholesky, targets)
     lml = (
         -0.5 * float(targets @ alpha)
         - float(np.sum(np.log(np.diag(cholesky))))
@@ -100,7 +100,7 @@ def log_posterior_and_grad(
     prior, prior_grad = _log_prior_and_grad(raw, minimum_noise)
     if derivative is None:
         return lml + prior, None
-    inverse = scipy.linalg.cho_solve((cholesky, True), np.eye(n), check_finite=False)
+    inverse = cholesky_solve(cholesky, np.eye(n))
     # d lml / d theta = 0.5 tr((alpha alpha^T - K^-1) dK/d theta).
     w = np.outer(alpha, alpha) - inverse
     grad = np.empty_like(raw)

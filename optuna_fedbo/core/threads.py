@@ -11,8 +11,6 @@ afterwards, so the user's own numerical code keeps its threads.
 from __future__ import annotations
 
 from collections.abc import Callable
-from collections.abc import Iterator
-from contextlib import contextmanager
 import threading
 
 from threadpoolctl import ThreadpoolController
@@ -48,14 +46,18 @@ def _leave() -> None:
             _restore = None
 
 
-@contextmanager
-def one_blas_thread() -> Iterator[None]:
+class one_blas_thread:  # noqa: N801 (used as a function: ``with one_blas_thread():``)
     """Run the block with BLAS limited to one thread; blocks nest, also across threads.
 
-    Costs about 10 microseconds per outermost entry.
+    Costs about 10 microseconds per outermost entry; a nested one about 1 (a class, not a
+    ``contextlib.contextmanager``, whose generator took several: an acquisition search enters
+    one per GP posterior).
     """
-    _enter()
-    try:
-        yield
-    finally:
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        _enter()
+
+    def __exit__(self, *exc_info: object) -> None:
         _leave()

@@ -57,6 +57,19 @@ class TailWarp:
             return np.ones_like(below)
         return 1.0 / (1.0 + below / self.spread)
 
+    def with_derivative(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The warped values and the warp's derivative at ``values`` (the same numbers as
+        :meth:`__call__` and :meth:`derivative`, one pass over the values)."""
+        values = np.asarray(values, dtype=float)
+        below = np.maximum(self.threshold - values, 0.0)
+        if not below.any():
+            return values.copy(), np.ones_like(below)
+        positive = below > 0
+        below /= self.spread
+        warped = np.where(positive, self.threshold - self.spread * np.log1p(below), values)
+        below += 1.0
+        return warped, np.reciprocal(below, out=below)
+
     def inverse(self, warped: np.ndarray) -> np.ndarray:
         """The values whose warp is ``warped``."""
         warped = np.asarray(warped, dtype=float)
@@ -83,7 +96,8 @@ class WarpedFunction:
 
     def values_and_grads(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         values, grads = self._function.values_and_grads(x)
-        return self._warp(values), self._warp.derivative(values)[:, None] * grads
+        warped, derivative = self._warp.with_derivative(values)
+        return warped, derivative[:, None] * grads
 
 
 __all__ = ["TailWarp", "WarpedFunction"]
