@@ -399,7 +399,7 @@ from optuna_fedbo.federation import Federation
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 fed = Federation.load("dp", sys.argv[1])
 study = optuna.create_study(sampler=FedSampler(fed, client_id="c0", seed=0))
-study.optimize(lambda t: t.suggest_float("x", 0, 1) + t.suggest_float("y", -5, 5), n_trials=3)
+study.optimize(lambda t: t.suggest_float("x", 0, 1) + t.suggest_float("y", -5, 5), n_trials=1)
 assert fed.has_sent("c0", 0), "no upload"
 print("dp_accounting" in sys.modules)
 """
