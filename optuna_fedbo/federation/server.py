@@ -53,6 +53,7 @@ from optuna_fedbo.federation.lease import lease_book
 from optuna_fedbo.federation.lifecycle import FederationSummary
 from optuna_fedbo.federation.protocol import get_protocol
 from optuna_fedbo.federation.store import ServerSupersededError
+from optuna_fedbo.federation.trust import text_of
 from optuna_fedbo.federation.watermark import guard_server
 from optuna_fedbo.privacy._rng import INSECURE_NOISE_SEED
 from optuna_fedbo.privacy._rng import refuse_insecure_noise_seed
@@ -371,10 +372,7 @@ class FederationServer:
         """Check and open one stored upload: ``(counter, plaintext)`` (see ``Trust``); one
         written before its round opened is refused (see ``_openings``)."""
         counter, plaintext = self._open_upload_bytes(client_id, text, round_index)
-        try:
-            return counter, plaintext.decode("utf-8")
-        except UnicodeDecodeError:
-            raise UploadRejected("malformed sealed content") from None
+        return counter, text_of(plaintext)
 
     def _open_upload_bytes(self, client_id: str, text: str, round_index: int) -> tuple[int, bytes]:
         """:meth:`_open_upload` for a plaintext of bytes (secure aggregation's messages)."""

@@ -59,6 +59,18 @@ def text_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def text_of(plaintext: bytes) -> str:
+    """An opened upload's plaintext as text.
+
+    Raises:
+        UploadRejected: If it is not UTF-8.
+    """
+    try:
+        return plaintext.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UploadRejected("malformed sealed content") from None
+
+
 class Trust:
     """Signing, sealing and verification for one federation.
 
@@ -305,10 +317,7 @@ class Trust:
             round_index=round_index,
             openings=openings,
         )
-        try:
-            return counter, plaintext.decode("utf-8")
-        except UnicodeDecodeError:
-            raise UploadRejected("malformed sealed content") from None
+        return counter, text_of(plaintext)
 
     def open_upload_bytes(
         self,
