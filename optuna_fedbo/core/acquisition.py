@@ -162,6 +162,8 @@ def maximize(
     n_candidates: int = 1024,
     n_refinements: int = 4,
     n_zoom: int = 0,
+    zoom_starts: int = 1,
+    zoom_spreads: tuple[float, ...] = ZOOM_SPREADS,
     max_iterations: int = 30,
     extra_candidates: np.ndarray | None = None,
     scales: np.ndarray | None = None,
@@ -175,9 +177,13 @@ def maximize(
         box: Sub-box of the unit cube to search; the whole cube if ``None``.
         n_candidates: Number of random candidates scored in one pass.
         n_refinements: Number of best candidates refined with L-BFGS-B (0 disables refinement).
-        n_zoom: Candidates per zoom round (0: none). Each round draws them around the best point
-            so far, Gaussian with :data:`ZOOM_SPREADS` times ``scales`` as standard deviations,
-            a cheap local search where L-BFGS-B's many evaluations cost too much.
+        n_zoom: Candidates per zoom round and start (0: none). Each round draws them around
+            each start's best point so far, Gaussian with the round's spread times ``scales``
+            as standard deviations: a local search without gradients, where L-BFGS-B's many
+            evaluations cost too much.
+        zoom_starts: How many of the best candidates the zoom starts from when there is no
+            L-BFGS-B refinement (after one, it starts from the best point).
+        zoom_spreads: The zoom rounds' spreads, one round each.
         max_iterations: L-BFGS-B iteration limit.
         extra_candidates: Further encoded points to score (e.g. the incumbent), shape
             ``(k, D)``; they are used as given, even outside ``box``.
@@ -200,6 +206,8 @@ def maximize(
             n_candidates,
             n_refinements,
             n_zoom,
+            zoom_starts,
+            zoom_spreads,
             max_iterations,
             extra_candidates,
             scales,
@@ -214,6 +222,8 @@ def _maximize(
     n_candidates: int,
     n_refinements: int,
     n_zoom: int,
+    zoom_starts: int,
+    zoom_spreads: tuple[float, ...],
     max_iterations: int,
     extra_candidates: np.ndarray | None,
     scales: np.ndarray | None,
@@ -236,14 +246,53 @@ def _maximize(
         best_point, best_value = _best_of(
             acquisition, encoding.snap(refined), best_point, best_value
         )
-    for spread in ZOOM_SPREADS if n_zoom > 0 else ():
-        # Categorical columns stay at the best point's value.
-        steps = rng.standard_normal((n_zoom, encoding.n_columns)) * (spread * column_scales)
-        cloud = np.clip(best_point + steps * free, box.low, box.high)
-        best_point, best_value = _best_of(
-            acquisition, encoding.snap(cloud), best_point, best_value
+    if n_zoom > 0:
+        if zoom_starts > 1 and n_refinements == 0:
+            starts, values = candidates[order[:zoom_starts]], scores[order[:zoom_starts]]
+        else:
+            starts, values = best_point[None, :], np.array([best_value])
+        best_point, best_value = _zoom(
+            acquisition,
+            encoding,
+            rng,
+            box,
+            starts,
+            values,
+            n_zoom,
+            zoom_spreads,
+            free * column_scales,
         )
     return best_point, best_value
+
+
+def _zoom(
+    acquisition: AcquisitionFunction,
+    encoding: UnitCubeEncoding,
+    rng: np.random.Generator,
+    box: Box,
+    starts: np.ndarray,
+    values: np.ndarray,
+    n_zoom: int,
+    spreads: tuple[float, ...],
+    scales: np.ndarray,
+) -> tuple[np.ndarray, float]:
+    """Zoom rounds around each start at once (one evaluation of all clouds per round); each
+    start moves to its cloud's best point where that is better. ``scales`` is zero on the
+    columns that stay (categorical ones). Returns the best point and its value."""
+    points, values = starts.copy(), values.astype(float)
+    n_starts, n_columns = points.shape
+    rows = np.arange(n_starts)
+    for spread in spreads:
+        steps = rng.standard_normal((n_starts * n_zoom, n_columns)) * (spread * scales)
+        cloud = np.clip(np.repeat(points, n_zoom, axis=0) + steps, box.low, box.high)
+        cloud = encoding.snap(cloud).reshape(n_starts, n_zoom, n_columns)
+        scores = acquisition.values(cloud.reshape(-1, n_columns)).reshape(n_starts, n_zoom)
+        best = np.argmax(scores, axis=1)
+        better = scores[rows, best] > values
+        points[better] = cloud[rows, best][better]
+        values[better] = scores[rows, best][better]
+    k = int(np.argmax(values))
+    return points[k], float(values[k])
 
 
 def _best_of(

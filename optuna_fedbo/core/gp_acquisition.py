@@ -10,12 +10,15 @@ scores a finite candidate set with one joint posterior draw (:func:`thompson_can
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import numpy as np
 
 from optuna_fedbo.core.acquisition import AcquisitionFunction
 from optuna_fedbo.core.acquisition import maximize
 from optuna_fedbo.core.acquisition import search_budget
+from optuna_fedbo.core.acquisition import SearchBudget
+from optuna_fedbo.core.acquisition import ZOOM_SPREADS
 from optuna_fedbo.core.gp import GaussianProcess
 from optuna_fedbo.core.space import Box
 from optuna_fedbo.core.space import UnitCubeEncoding
@@ -178,6 +181,10 @@ class GPUpperConfidenceBound(_GPAcquisition):
 #: evaluations, most of a participant's trial at 20-40 trials, 4-D); 20 reached the same log EI
 #: within 0.01 on average, about 1% of the expected improvement (4-D, 54 maximizations).
 ACQUISITION_MAX_ITERATIONS = 20
+#: Spreads of :func:`maximize_on_gp`'s zoom search (``local_search="zoom"``), in lengthscales.
+ZOOM_SEARCH_SPREADS = (0.3, 0.1, 0.1, 0.03, 0.03, 0.01)
+#: Points each start's zoom round draws (``local_search="zoom"``).
+ZOOM_SEARCH_POINTS = 32
 
 
 def maximize_on_gp(
@@ -191,9 +198,10 @@ def maximize_on_gp(
     n_candidates: int = 1024,
     n_refinements: int = 8,
     max_iterations: int = ACQUISITION_MAX_ITERATIONS,
+    local_search: Literal["lbfgsb", "zoom"] = "lbfgsb",
 ) -> np.ndarray:
     """Maximize an acquisition of a GP: random candidates, candidates near the incumbents,
-    then L-BFGS-B in lengthscale-scaled coordinates (a zoom in large studies).
+    then a local search from the best ones (a zoom around the best one in large studies).
 
     Args:
         acquisition: The acquisition (LogEI, UCB) of ``gp``.
@@ -204,8 +212,13 @@ def maximize_on_gp(
         n_observations: The study's number of observations (the search shrinks in large
             studies: :func:`~optuna_fedbo.core.acquisition.search_budget`).
         n_candidates: Random candidates scored (an eighth more are drawn near the incumbents).
-        n_refinements: Best candidates refined with L-BFGS-B.
+        n_refinements: Best candidates the local search starts from.
         max_iterations: L-BFGS-B iteration limit of the refinement.
+        local_search: ``"lbfgsb"``: L-BFGS-B in lengthscale-scaled coordinates from all starts
+            at once. ``"zoom"``: rounds of :data:`ZOOM_SEARCH_POINTS` Gaussian points around
+            each start's best point so far, with :data:`ZOOM_SEARCH_SPREADS` times the
+            lengthscales as standard deviations (no gradients: each round is one evaluation of
+            all the clouds).
 
     Returns:
         The chosen encoded point, shape ``(D,)``.
@@ -214,6 +227,9 @@ def maximize_on_gp(
     # Local candidates around the best trials, where an improvement most likely is.
     centres = incumbents[rng.integers(len(incumbents), size=max(budget.n_candidates // 8, 1))]
     local = centres + rng.standard_normal(centres.shape) * gp.params.lengthscales
+    zoom = local_search == "zoom" and budget.n_refinements > 0  # not in large studies
+    if zoom:
+        budget = SearchBudget(budget.n_candidates, 0, ZOOM_SEARCH_POINTS)
     point, _ = maximize(
         acquisition,
         encoding,
@@ -221,6 +237,8 @@ def maximize_on_gp(
         n_candidates=budget.n_candidates,
         n_refinements=budget.n_refinements,
         n_zoom=budget.n_zoom,
+        zoom_starts=n_refinements if zoom else 1,
+        zoom_spreads=ZOOM_SEARCH_SPREADS if zoom else ZOOM_SPREADS,
         extra_candidates=np.clip(np.vstack([incumbents[:1], local]), 0.0, 1.0),
         max_iterations=max_iterations,
         scales=gp.params.lengthscales,
