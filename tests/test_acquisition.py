@@ -53,10 +53,42 @@ def test_refinement_and_zoom_improve_on_candidates_alone_to_the_same_maximum() -
     assert np.median(shortfalls) < 1e-3 and max(shortfalls) < 0.03
 
 
+def test_a_zoom_from_several_starts_finds_hills_the_best_candidate_is_not_on() -> None:
+    features = RandomFourierFeatures(2, 100, 0.1, seed=0)
+    encoding = UnitCubeEncoding([Dimension("float", 0, 1)] * 2)
+    one_start, four_starts = [], []
+    for seed in range(20):
+        acquisition = LinearAcquisition(features, np.random.default_rng(seed).standard_normal(100))
+        candidates = encoding.sample(32, np.random.default_rng(seed))
+        best_candidate = float(acquisition.values(candidates).max())
+        for starts, out in ((1, one_start), (4, four_starts)):
+            point, value = maximize(
+                acquisition,
+                encoding,
+                np.random.default_rng(seed),
+                n_candidates=32,
+                n_refinements=0,
+                n_zoom=16,
+                zoom_starts=starts,
+                zoom_spreads=(0.3, 0.1, 0.03),
+            )
+            assert value == pytest.approx(float(acquisition.values(point[None])[0]))
+            assert value >= best_candidate  # a start only ever moves uphill
+            out.append(value)
+    # Each start climbs its own hill: the best of four is at least the best candidate's climb
+    # on average, and higher on some functions (their best candidate sat on a lower hill).
+    gains = np.array(four_starts) - np.array(one_start)
+    assert np.mean(gains) > 0 and np.sum(gains > 1e-3) >= 3
+
+
 @pytest.mark.parametrize(
     "search",
-    [{}, {"n_refinements": 0, "n_zoom": 32, "scales": np.full(4, 10.0)}],
-    ids=["refinement", "zoom"],  # the zoom's spreads of 1 and 0.1: many draws leave the box
+    [
+        {},
+        {"n_refinements": 0, "n_zoom": 32, "scales": np.full(4, 10.0)},
+        {"n_refinements": 0, "n_zoom": 16, "zoom_starts": 4, "scales": np.full(4, 10.0)},
+    ],
+    ids=["refinement", "zoom", "zoom-from-four"],  # spreads of 1 and 0.1: draws leave the box
 )
 def test_maximize_stays_in_the_box_and_on_the_grid(search: dict) -> None:
     features = RandomFourierFeatures(4, 60, 0.2, seed=1)
@@ -74,7 +106,8 @@ def test_maximize_stays_in_the_box_and_on_the_grid(search: dict) -> None:
         assert 0.5 <= point[0] <= 0.75
         np.testing.assert_array_equal(point, encoding.snap(point[None])[0])
         assert point[2:].sum() == 1.0
-        if "n_zoom" in search:  # the zoom keeps the best candidate's category
+        if search.get("zoom_starts", 1) == 1 and "n_zoom" in search:
+            # The zoom keeps the best candidate's category.
             coarse, _ = maximize(
                 acquisition, encoding, np.random.default_rng(seed), box=box, n_refinements=0
             )
