@@ -41,8 +41,8 @@ GPSampler and to the best stock sampler; paired wins against GPSampler over the 
 standard error of the paired per-site-run difference to GPSampler.
 
 Run: ``nice -n 10 python benchmarks/fts_value_tuning.py --family krr-diabetes --seeds 6``;
-``--cost 200`` times the participant, the server's round, TPE and GPSampler per trial at 20, 50,
-60, 100 and 200 trials (``--cost-sites 1,4``: in a federation of one and of four sites).
+``--cost 200`` times the participant, the server's round, TPE and GPSampler per trial at 20, 30,
+50, 60, 100 and 200 trials (``--cost-sites 1,4``: in a federation of one and of four sites).
 ``--save FILE.npz`` keeps every method's regret per site-run and trial; ``--against FILE.npz``
 then pairs a later run with it (same family and seeds: the same site functions) and prints the
 paired difference, new minus saved, at 10, 20 and 30 trials, with its standard error and wins.
@@ -356,7 +356,7 @@ def paired_report(runs: dict[str, np.ndarray], saved: dict[str, np.ndarray]) -> 
 
 
 def cost(n_trials: int, dims: int, n_sites: int = 2) -> None:
-    """CPU ms per trial over the ten trials up to 20, 50, 60, 100 and 200: a participant of a
+    """CPU ms per trial over the ten trials up to 20, 30, 50, 60, 100 and 200: a participant of a
     federation of ``n_sites`` (in memory, the server closing a round after each trial of every
     site; its step timed apart and divided by the participants; a lone site's rounds are
     published, ``min_contributors=1``), TPE and GPSampler, in one run."""
@@ -400,7 +400,7 @@ def cost(n_trials: int, dims: int, n_sites: int = 2) -> None:
         start = time.process_time()
         server.step(force=True)
         server_ms.append(time.process_time() - start)
-    for end in (20, 50, 60, 100, 200):
+    for end in (20, 30, 50, 60, 100, 200):
         if end > n_trials:
             break
         window = slice(end - 10, end)  # the ten trials up to ``end``
