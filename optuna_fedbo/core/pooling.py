@@ -266,11 +266,20 @@ def pooled_posterior(
     return _PooledSums(statistics, weights).posterior(noise_variance, offset_scale)
 
 
+def _weighted_sum(weights: np.ndarray, arrays: list[np.ndarray]) -> np.ndarray:
+    """``sum(w * a for w, a in zip(weights, arrays))``, the same numbers, in one buffer."""
+    total = np.zeros_like(arrays[0], dtype=float)
+    scratch = np.empty_like(total)
+    for weight, array in zip(weights, arrays):
+        total += np.multiply(weight, array, out=scratch)
+    return total
+
+
 class _PooledSums:
     """Everyone's weighted statistics, summed and standardized together (once per block)."""
 
     def __init__(self, statistics: list[SufficientStatistics], weights: np.ndarray) -> None:
-        self.gram = sum(w * s.gram for w, s in zip(weights, statistics))
+        self.gram = _weighted_sum(weights, [s.gram for s in statistics])
         feature_sums = np.stack([w * s.feature_sum for w, s in zip(weights, statistics)], axis=1)
         feature_target = sum(w * s.feature_target for w, s in zip(weights, statistics))
         counts = np.array([w * s.count for w, s in zip(weights, statistics)])
@@ -384,25 +393,33 @@ class _PooledSums:
             diagonals[k] = cholesky.diagonal()
         # Per noise variance: W^T W holds y^T K^{-1} y, the offsets' cross terms and their block.
         products = np.swapaxes(solved, 1, 2) @ solved
-        quadratics = products[:, 0, 0]
-        log_dets = 2.0 * np.log(diagonals).sum(axis=1)
         scales = np.asarray(offset_scales, dtype=float)
-        sizes = np.where(scales > 0, n_features + n_sites, n_features)[:, None]
-        total_quadratics = np.broadcast_to(quadratics, (len(scales), len(noises))).copy()
-        total_log_dets = np.broadcast_to(log_dets, (len(scales), len(noises))).copy()
-        positive = np.flatnonzero(scales > 0)
-        if positive.size:
+        total_quadratics = np.empty((len(scales), len(noises)))
+        total_log_dets = np.empty((len(scales), len(noises)))
+        total_quadratics[:] = products[:, 0, 0]
+        total_log_dets[:] = 2.0 * np.log(diagonals).sum(axis=1)
+        sizes = np.full((len(scales), 1), n_features)
+        positive = scales > 0
+        if positive.any():
             # The offsets' Schur complements, every positive scale and noise variance at once.
-            complements = np.diag(self.counts) - products[:, 1:, 1:]
-            cross = self.target_sums - products[:, 1:, 0]
-            squared = scales[positive, None, None, None] ** 2
-            schur = squared * complements + noises[:, None, None] * np.eye(n_sites)
-            factors = np.linalg.cholesky(schur)
-            rhs = (scales[positive, None, None] * cross)[..., None]
-            reduced = np.linalg.solve(factors, rhs)[..., 0]
-            total_quadratics[positive] += np.einsum("skn,skn->sk", reduced, reduced)
-            diagonal = np.diagonal(factors, axis1=-2, axis2=-1)
-            total_log_dets[positive] += 2.0 * np.log(diagonal).sum(axis=-1)
+            sizes[positive] += n_sites
+            squared = scales[positive, None] ** 2
+            cross = scales[positive, None, None] * (self.target_sums - products[:, 1:, 0])
+            if n_sites == 1:  # a number each
+                schur = squared * (self.counts[0] - products[:, 1, 1]) + noises
+                if not np.all(schur > 0):
+                    raise np.linalg.LinAlgError("not positive definite (offsets' complement)")
+                total_quadratics[positive] += cross[..., 0] ** 2 / schur
+                total_log_dets[positive] += np.log(schur)
+            else:
+                complements = np.diag(self.counts) - products[:, 1:, 1:]
+                schur = squared[..., None, None] * complements
+                schur += noises[:, None, None] * np.eye(n_sites)
+                factors = np.linalg.cholesky(schur)
+                reduced = np.linalg.solve(factors, cross[..., None])[..., 0]
+                total_quadratics[positive] += np.einsum("skn,skn->sk", reduced, reduced)
+                diagonal = np.diagonal(factors, axis1=-2, axis2=-1)
+                total_log_dets[positive] += 2.0 * np.log(diagonal).sum(axis=-1)
         quadratic = (self.square_sum - total_quadratics) / noises
         log_det = (self.count - sizes) * np.log(noises) + total_log_dets
         return -0.5 * (quadratic + log_det + self.count * math.log(2.0 * math.pi))
@@ -451,25 +468,18 @@ def choose_posterior(
         # The evidence of every choice, from one factorization per block and noise variance
         # (:meth:`_PooledSums.evidence_grid`); the first choice of largest evidence in the order
         # (block, offset scale, noise variance) wins.
-        sums, evidences, choices = [], [], []
-        for index in range(len(participants[0])):
-            sums.append(pooled(index))
-            grid = sums[-1].evidence_grid(noise_variances, offset_scales)
-            evidences.extend(grid.ravel())
-            choices.extend(
-                PoolingChoice(index, float(noise), float(offset))
-                for offset in offset_scales
-                for noise in noise_variances
-            )
+        sums = [pooled(index) for index in range(len(participants[0]))]
+        grids = np.stack([block.evidence_grid(noise_variances, offset_scales) for block in sums])
         # Choices within rounding of the best are compared on their evidences as computed
         # one system at a time, which also give the posterior mean.
-        top = max(evidences)
+        top = float(grids.max())
+        near = np.argwhere(grids >= top - _TIE_TOLERANCE * max(1.0, abs(top)))
         best: tuple[float, PoolingChoice, np.ndarray] | None = None
-        for evidence, choice in zip(evidences, choices):
-            if evidence >= top - _TIE_TOLERANCE * max(1.0, abs(top)):
-                exact, mean = _exact(sums[choice.block], choice)
-                if best is None or exact > best[0]:
-                    best = (exact, choice, mean)
+        for index, i, k in near:  # in the order (block, offset scale, noise variance)
+            choice = PoolingChoice(int(index), float(noise_variances[k]), float(offset_scales[i]))
+            exact, mean = _exact(sums[choice.block], choice)
+            if best is None or exact > best[0]:
+                best = (exact, choice, mean)
     assert best is not None
     return best[1], best[2]
 
