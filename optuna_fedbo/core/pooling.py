@@ -366,8 +366,9 @@ class _PooledSums:
         participants' offsets, ``W = L^{-1} [Phi^T y, Phi^T E]`` gives, for every offset scale
         ``s``, the ``S x S`` complement ``s^2 (diag(counts) - W_E^T W_E) + lambda I``: one
         factorization of the features' block per noise variance serves all offset scales (12
-        systems of ``M + S`` unknowns per block became 4 of ``M``). Equal to :meth:`evidences`'
-        values up to rounding.
+        systems of ``M + S`` unknowns per block became 4 of ``M``). With more participants
+        than half the features, where the complements cost more than the systems, the offsets'
+        rows are :meth:`evidences`' own. Equal to :meth:`evidences`' values up to rounding.
         """
         from scipy.linalg import lapack
 
@@ -375,14 +376,17 @@ class _PooledSums:
         noises = np.array(noise_variances, dtype=float)
         if not np.all(noises > 0):
             raise ValueError(f"The noise variances must be positive, got {noise_variances}.")
+        scales = np.asarray(offset_scales, dtype=float)
+        positive = scales > 0
+        schur_sites = n_sites if n_sites <= n_features // 2 else 0
         # L^{-1} of the values' and the offsets' columns at once (Fortran order for LAPACK).
-        columns = np.empty((n_features, 1 + n_sites), order="F")
+        columns = np.empty((n_features, 1 + schur_sites), order="F")
         columns[:, 0] = self.feature_target
-        columns[:, 1:] = self.feature_sums
+        columns[:, 1:] = self.feature_sums[:, :schur_sites]
         # The Gram matrix is symmetric: its transpose is the same matrix in Fortran order.
         gram = self.gram.T
         diagonals = np.empty((len(noises), n_features))
-        solved = np.empty((len(noises), n_features, 1 + n_sites))
+        solved = np.empty((len(noises), n_features, 1 + schur_sites))
         for k, noise_variance in enumerate(noises):
             precision = gram.copy(order="F")
             precision.T.reshape(-1)[:: n_features + 1] += noise_variance
@@ -393,14 +397,12 @@ class _PooledSums:
             diagonals[k] = cholesky.diagonal()
         # Per noise variance: W^T W holds y^T K^{-1} y, the offsets' cross terms and their block.
         products = np.swapaxes(solved, 1, 2) @ solved
-        scales = np.asarray(offset_scales, dtype=float)
         total_quadratics = np.empty((len(scales), len(noises)))
         total_log_dets = np.empty((len(scales), len(noises)))
         total_quadratics[:] = products[:, 0, 0]
         total_log_dets[:] = 2.0 * np.log(diagonals).sum(axis=1)
         sizes = np.full((len(scales), 1), n_features)
-        positive = scales > 0
-        if positive.any():
+        if positive.any() and schur_sites:
             # The offsets' Schur complements, every positive scale and noise variance at once.
             sizes[positive] += n_sites
             squared = scales[positive, None] ** 2
@@ -422,7 +424,11 @@ class _PooledSums:
                 total_log_dets[positive] += 2.0 * np.log(diagonal).sum(axis=-1)
         quadratic = (self.square_sum - total_quadratics) / noises
         log_det = (self.count - sizes) * np.log(noises) + total_log_dets
-        return -0.5 * (quadratic + log_det + self.count * math.log(2.0 * math.pi))
+        grid = -0.5 * (quadratic + log_det + self.count * math.log(2.0 * math.pi))
+        if not schur_sites:
+            for i in np.flatnonzero(positive):
+                grid[i] = self.evidences(noise_variances, float(scales[i]))[0]
+        return grid
 
 
 class PoolingChoice(NamedTuple):
