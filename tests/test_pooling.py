@@ -265,6 +265,18 @@ def test_a_near_tie_on_the_grid_is_decided_by_the_exact_evidences(monkeypatch) -
     np.testing.assert_array_equal(tied_mean, mean)
 
 
+def test_a_grid_that_is_not_a_number_falls_back_to_every_system(monkeypatch) -> None:
+    maps = pooling_feature_maps(RandomFourierFeatures(2, M, (0.05, 0.5), seed=3))
+    participants = [[_statistics(f, x, y) for f in maps] for x, y in _sites(None)]
+    expected, mean = choose_posterior(participants)
+    monkeypatch.setattr(
+        _PooledSums, "evidence_grid", lambda self, noises, offsets: np.full((3, 4), np.nan)
+    )
+    choice, again = choose_posterior(participants)
+    assert choice == expected
+    np.testing.assert_array_equal(again, mean)
+
+
 # -------------------------------------------------------------------------------- server
 def _federation(n_clients: int = 3, **protocol) -> Federation:
     lone = {"min_contributors": 1} if n_clients == 1 else {}  # a round of one is published

@@ -480,6 +480,8 @@ def choose_posterior(
         # one system at a time, which also give the posterior mean.
         top = float(grids.max())
         near = np.argwhere(grids >= top - _TIE_TOLERANCE * max(1.0, abs(top)))
+        if not len(near):  # not a number: every choice compared on its own system
+            near = np.argwhere(np.ones(grids.shape, dtype=bool))
         best: tuple[float, PoolingChoice, np.ndarray] | None = None
         for index, i, k in near:  # in the order (block, offset scale, noise variance)
             choice = PoolingChoice(int(index), float(noise_variances[k]), float(offset_scales[i]))
