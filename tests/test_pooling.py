@@ -11,6 +11,7 @@ import optuna
 from optuna.distributions import FloatDistribution
 import pytest
 
+from optuna_fedbo.core.pooling import _PooledSums
 from optuna_fedbo.core.pooling import choose_posterior
 from optuna_fedbo.core.pooling import pack
 from optuna_fedbo.core.pooling import pack_blocks
@@ -222,6 +223,58 @@ def test_the_choice_is_the_best_evidence_of_the_grid_and_a_kept_one_its_posterio
         again, mean = choose_posterior(participants, keep=kept)
         assert again == kept
         np.testing.assert_allclose(mean, grid[kept][0], rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("n_sites", [1, 4, 6, 7])
+def test_the_evidence_grid_is_the_evidence_of_each_system(n_sites) -> None:
+    """The grid's evidences (one factorization per noise variance, the offsets by a Schur
+    complement up to M / 2 sites, by their own systems beyond) are those of each system solved
+    on its own, for any number of sites."""
+    features = RandomFourierFeatures(2, M, 0.3, seed=1)
+    offsets = np.linspace(-2.0, 3.0, n_sites)
+    statistics = [_statistics(features, x, y) for x, y in _sites(features, offsets)]
+    sums = _PooledSums(statistics, robust_weights(statistics))
+    grid = sums.evidence_grid(POOLING_NOISE_VARIANCES, POOLING_OFFSET_SCALES)
+    assert grid.shape == (len(POOLING_OFFSET_SCALES), len(POOLING_NOISE_VARIANCES))
+    for row, offset_scale in zip(grid, POOLING_OFFSET_SCALES):
+        expected, _ = sums.evidences(POOLING_NOISE_VARIANCES, offset_scale)
+        np.testing.assert_allclose(row, expected, rtol=1e-10, atol=1e-9)
+    with pytest.raises(ValueError, match="positive"):
+        sums.evidence_grid((1e-2, 0.0), POOLING_OFFSET_SCALES)
+
+
+def test_a_near_tie_on_the_grid_is_decided_by_the_exact_evidences(monkeypatch) -> None:
+    """Two blocks of the same statistics tie exactly: the first wins, as when every system was
+    solved on its own, even where the grid's rounding favours the second."""
+    shared = RandomFourierFeatures(2, M, 0.3, seed=0)
+    participants = [
+        [unpack(pack(_statistics(shared, x, y)), M) for _ in range(2)] for x, y in _sites(shared)
+    ]
+    grid = _PooledSums.evidence_grid
+    calls = []
+
+    def favour_the_second(self, noise_variances, offset_scales):
+        calls.append(None)
+        values = grid(self, noise_variances, offset_scales)
+        return values + 1e-12 * np.abs(values) if len(calls) == 2 else values
+
+    alone, mean = choose_posterior([[p[0]] for p in participants])
+    monkeypatch.setattr(_PooledSums, "evidence_grid", favour_the_second)
+    choice, tied_mean = choose_posterior(participants)
+    assert len(calls) == 2 and choice == alone
+    np.testing.assert_array_equal(tied_mean, mean)
+
+
+def test_a_grid_that_is_not_a_number_falls_back_to_every_system(monkeypatch) -> None:
+    maps = pooling_feature_maps(RandomFourierFeatures(2, M, (0.05, 0.5), seed=3))
+    participants = [[_statistics(f, x, y) for f in maps] for x, y in _sites(None)]
+    expected, mean = choose_posterior(participants)
+    monkeypatch.setattr(
+        _PooledSums, "evidence_grid", lambda self, noises, offsets: np.full((3, 4), np.nan)
+    )
+    choice, again = choose_posterior(participants)
+    assert choice == expected
+    np.testing.assert_array_equal(again, mean)
 
 
 # -------------------------------------------------------------------------------- server

@@ -95,6 +95,18 @@ def _upper_triangle(n_features: int) -> tuple[np.ndarray, np.ndarray]:
     return rows, columns
 
 
+@functools.lru_cache(maxsize=8)
+def _symmetric_index(n_features: int) -> np.ndarray:
+    """For each entry of an ``n x n`` symmetric matrix (row-major), its position in the packed
+    upper triangle (read-only): the matrix is ``triangle[index].reshape(n, n)``."""
+    rows, columns = _upper_triangle(n_features)
+    index = np.empty((n_features, n_features), dtype=np.intp)
+    index[rows, columns] = index[columns, rows] = np.arange(rows.size)
+    index = index.reshape(-1)
+    index.flags.writeable = False
+    return index
+
+
 def pack(statistics: SufficientStatistics) -> np.ndarray:
     """``statistics`` as one flat vector (read back with :func:`unpack`)."""
     rows, columns = _upper_triangle(statistics.n_features)
@@ -135,11 +147,8 @@ def unpack(vector: np.ndarray, n_features: int, *, strict: bool = True) -> Suffi
     statistics.target_square_sum = float(vector[2])
     statistics.feature_sum = vector[3 : 3 + n_features].copy()
     statistics.feature_target = vector[3 + n_features : 3 + 2 * n_features].copy()
-    rows, columns = _upper_triangle(n_features)
-    gram = np.zeros((n_features, n_features))
-    gram[rows, columns] = vector[3 + 2 * n_features :]
-    gram[columns, rows] = gram[rows, columns]
-    statistics.gram = gram
+    triangle = vector[3 + 2 * n_features :]
+    statistics.gram = triangle.take(_symmetric_index(n_features)).reshape(n_features, n_features)
     if strict:
         _check_consistent(statistics)
     return statistics
@@ -198,11 +207,13 @@ def unpack_blocks(
         return blocks
     first = blocks[0]
     for block in blocks[1:]:
-        same = block.count == first.count and np.allclose(
-            [block.target_sum, block.target_square_sum],
-            [first.target_sum, first.target_square_sum],
-            rtol=_TOLERANCE,
-            atol=_TOLERANCE,
+        # np.allclose's test (|a - b| <= atol + rtol |b|), on two numbers.
+        same = block.count == first.count and all(
+            abs(value - reference) <= _TOLERANCE * (1.0 + abs(reference))
+            for value, reference in (
+                (block.target_sum, first.target_sum),
+                (block.target_square_sum, first.target_square_sum),
+            )
         )
         if not same:
             raise ValueError("the feature blocks' statistics are not of the same values")
@@ -255,11 +266,20 @@ def pooled_posterior(
     return _PooledSums(statistics, weights).posterior(noise_variance, offset_scale)
 
 
+def _weighted_sum(weights: np.ndarray, arrays: list[np.ndarray]) -> np.ndarray:
+    """``sum(w * a for w, a in zip(weights, arrays))``, the same numbers, in one buffer."""
+    total = np.zeros_like(arrays[0], dtype=float)
+    scratch = np.empty_like(total)
+    for weight, array in zip(weights, arrays):
+        total += np.multiply(weight, array, out=scratch)
+    return total
+
+
 class _PooledSums:
     """Everyone's weighted statistics, summed and standardized together (once per block)."""
 
     def __init__(self, statistics: list[SufficientStatistics], weights: np.ndarray) -> None:
-        self.gram = sum(w * s.gram for w, s in zip(weights, statistics))
+        self.gram = _weighted_sum(weights, [s.gram for s in statistics])
         feature_sums = np.stack([w * s.feature_sum for w, s in zip(weights, statistics)], axis=1)
         feature_target = sum(w * s.feature_target for w, s in zip(weights, statistics))
         counts = np.array([w * s.count for w, s in zip(weights, statistics)])
@@ -335,6 +355,81 @@ class _PooledSums:
             means.append(scaled_mean if scales is None else scaled_mean * scales)
         return np.array(evidences), np.array(means)[:, : len(self.feature_target)]
 
+    def evidence_grid(
+        self, noise_variances: tuple[float, ...], offset_scales: tuple[float, ...]
+    ) -> np.ndarray:
+        """The log evidences of :meth:`evidences` for every offset scale (rows) and noise
+        variance (columns), without the means.
+
+        The offsets' indicator features enter through a Schur complement: with ``G`` the
+        features' Gram matrix, ``L`` the Cholesky factor of ``G + lambda I`` and ``S`` the
+        participants' offsets, ``W = L^{-1} [Phi^T y, Phi^T E]`` gives, for every offset scale
+        ``s``, the ``S x S`` complement ``s^2 (diag(counts) - W_E^T W_E) + lambda I``: one
+        factorization of the features' block per noise variance serves all offset scales (12
+        systems of ``M + S`` unknowns per block became 4 of ``M``). With more participants
+        than half the features, where the complements cost more than the systems, the offsets'
+        rows are :meth:`evidences`' own. Equal to :meth:`evidences`' values up to rounding.
+        """
+        from scipy.linalg import lapack
+
+        n_features, n_sites = self.feature_sums.shape
+        noises = np.array(noise_variances, dtype=float)
+        if not np.all(noises > 0):
+            raise ValueError(f"The noise variances must be positive, got {noise_variances}.")
+        scales = np.asarray(offset_scales, dtype=float)
+        positive = scales > 0
+        schur_sites = n_sites if n_sites <= n_features // 2 else 0
+        # L^{-1} of the values' and the offsets' columns at once (Fortran order for LAPACK).
+        columns = np.empty((n_features, 1 + schur_sites), order="F")
+        columns[:, 0] = self.feature_target
+        columns[:, 1:] = self.feature_sums[:, :schur_sites]
+        # The Gram matrix is symmetric: its transpose is the same matrix in Fortran order.
+        gram = self.gram.T
+        diagonals = np.empty((len(noises), n_features))
+        solved = np.empty((len(noises), n_features, 1 + schur_sites))
+        for k, noise_variance in enumerate(noises):
+            precision = gram.copy(order="F")
+            precision.T.reshape(-1)[:: n_features + 1] += noise_variance
+            cholesky, info = lapack.dpotrf(precision, lower=1, clean=0, overwrite_a=1)
+            if info != 0:
+                raise np.linalg.LinAlgError(f"not positive definite (LAPACK info {info})")
+            solved[k], _ = lapack.dtrtrs(cholesky, columns, lower=1)
+            diagonals[k] = cholesky.diagonal()
+        # Per noise variance: W^T W holds y^T K^{-1} y, the offsets' cross terms and their block.
+        products = np.swapaxes(solved, 1, 2) @ solved
+        total_quadratics = np.empty((len(scales), len(noises)))
+        total_log_dets = np.empty((len(scales), len(noises)))
+        total_quadratics[:] = products[:, 0, 0]
+        total_log_dets[:] = 2.0 * np.log(diagonals).sum(axis=1)
+        sizes = np.full((len(scales), 1), n_features)
+        if positive.any() and schur_sites:
+            # The offsets' Schur complements, every positive scale and noise variance at once.
+            sizes[positive] += n_sites
+            squared = scales[positive, None] ** 2
+            cross = scales[positive, None, None] * (self.target_sums - products[:, 1:, 0])
+            if n_sites == 1:  # a number each
+                schur = squared * (self.counts[0] - products[:, 1, 1]) + noises
+                if not np.all(schur > 0):
+                    raise np.linalg.LinAlgError("not positive definite (offsets' complement)")
+                total_quadratics[positive] += cross[..., 0] ** 2 / schur
+                total_log_dets[positive] += np.log(schur)
+            else:
+                complements = np.diag(self.counts) - products[:, 1:, 1:]
+                schur = squared[..., None, None] * complements
+                schur += noises[:, None, None] * np.eye(n_sites)
+                factors = np.linalg.cholesky(schur)
+                reduced = np.linalg.solve(factors, cross[..., None])[..., 0]
+                total_quadratics[positive] += np.einsum("skn,skn->sk", reduced, reduced)
+                diagonal = np.diagonal(factors, axis1=-2, axis2=-1)
+                total_log_dets[positive] += 2.0 * np.log(diagonal).sum(axis=-1)
+        quadratic = (self.square_sum - total_quadratics) / noises
+        log_det = (self.count - sizes) * np.log(noises) + total_log_dets
+        grid = -0.5 * (quadratic + log_det + self.count * math.log(2.0 * math.pi))
+        if not schur_sites:
+            for i in np.flatnonzero(positive):
+                grid[i] = self.evidences(noise_variances, float(scales[i]))[0]
+        return grid
+
 
 class PoolingChoice(NamedTuple):
     """What :func:`choose_posterior` chose: feature block, noise variance, offset scale."""
@@ -360,36 +455,59 @@ def choose_posterior(
         noise_variances: The noise variances to choose from.
         offset_scales: The participants' offset scales to choose from
             (:func:`pooled_posterior`).
-        keep: An earlier choice to use again (one posterior instead of 60).
+        keep: An earlier choice to use again (its posterior alone, instead of the grid).
 
     Returns:
         ``(choice, posterior mean)``.
     """
     if not participants:
         raise ValueError("Nothing to pool.")
-    best: tuple[float, PoolingChoice, np.ndarray] | None = None
-    blocks = range(len(participants[0])) if keep is None else (keep.block,)
-    if keep is not None:
-        noise_variances, offset_scales = (keep.noise_variance,), (keep.offset_scale,)
+
+    def pooled(index: int) -> _PooledSums:
+        block = [statistics[index] for statistics in participants]
+        return _PooledSums(block, robust_weights(block))
+
     # One BLAS limit for all the posteriors.
     with one_blas_thread():
-        for index in blocks:
-            block = [statistics[index] for statistics in participants]
-            sums = _PooledSums(block, robust_weights(block))
-            for offset_scale in offset_scales:
-                evidences, means = sums.evidences(noise_variances, offset_scale)
-                k = int(np.argmax(evidences))
-                if best is None or evidences[k] > best[0]:
-                    choice = PoolingChoice(index, float(noise_variances[k]), float(offset_scale))
-                    best = (float(evidences[k]), choice, means[k])
+        if keep is not None:
+            return keep, _exact(pooled(keep.block), keep)[1]
+        # The evidence of every choice, from one factorization per block and noise variance
+        # (:meth:`_PooledSums.evidence_grid`); the first choice of largest evidence in the order
+        # (block, offset scale, noise variance) wins.
+        sums = [pooled(index) for index in range(len(participants[0]))]
+        grids = np.stack([block.evidence_grid(noise_variances, offset_scales) for block in sums])
+        # Choices within rounding of the best are compared on their evidences as computed
+        # one system at a time, which also give the posterior mean.
+        top = float(grids.max())
+        near = np.argwhere(grids >= top - _TIE_TOLERANCE * max(1.0, abs(top)))
+        if not len(near):  # not a number: every choice compared on its own system
+            near = np.argwhere(np.ones(grids.shape, dtype=bool))
+        best: tuple[float, PoolingChoice, np.ndarray] | None = None
+        for index, i, k in near:  # in the order (block, offset scale, noise variance)
+            choice = PoolingChoice(int(index), float(noise_variances[k]), float(offset_scales[i]))
+            exact, mean = _exact(sums[choice.block], choice)
+            if best is None or exact > best[0]:
+                best = (exact, choice, mean)
     assert best is not None
     return best[1], best[2]
+
+
+#: Relative distance to the largest evidence within which :func:`choose_posterior` compares
+#: choices on their exactly computed evidences (the grid's rounding is far below it).
+_TIE_TOLERANCE = 1e-9
+
+
+def _exact(sums: _PooledSums, choice: PoolingChoice) -> tuple[float, np.ndarray]:
+    """``(log evidence, posterior mean)`` of ``choice``: one system, as
+    :meth:`_PooledSums.evidences` computes it."""
+    evidences, means = sums.evidences((choice.noise_variance,), choice.offset_scale)
+    return float(evidences[0]), means[0]
 
 
 class KeptChoice:
     """A server's pooling choice, kept while the same contributors' observations grow by less
     than :data:`~optuna_fedbo.core.gp_fit.REFIT_GROWTH` (10%) since it was made: block, noise
-    and offsets chosen again (60 posteriors, most of a round) only then, as a participant
+    and offsets chosen again (60 evidences, most of a round) only then, as a participant
     refits its GP's hyperparameters. The plain server and the secure one (which knows who
     contributed to the sum and its count) follow the same rule.
     """
