@@ -43,7 +43,8 @@ from optuna_fedbo.samplers._site_state import score_one_step
 #: candidate. Paired by seed function (benchmarks/fts_value_paired.py), regret moved within a
 #: reseed's spread.
 SEARCH_CANDIDATES = 512
-#: L-BFGS-B iterations of this participant's acquisition refinement (LocalGPSampler's are
+#: L-BFGS-B iterations of this participant's acquisition refinement beyond
+#: :data:`ZOOM_MAX_COLUMNS` encoded columns (LocalGPSampler's are
 #: :data:`~optuna_fedbo.core.gp_acquisition.ACQUISITION_MAX_ITERATIONS`, 20). Against a search of
 #: 8,192 candidates, 16 starts and 100 iterations (4-D, 15 to 101 observations, two runs each:
 #: 72 searches with a four-site broadcast as prior mean, 18 alone), 10 iterations lost 0.11 /
@@ -59,6 +60,8 @@ SEARCH_MAX_ITERATIONS = 10
 #: L-BFGS-B (10 iterations) lost 0.04 / 0.12 / 0.07, and 0.03 / 0.04 against 0.03 / 0.06 in
 #: 2-D, at about half of L-BFGS-B's time. Without gradients it falls behind with more
 #: columns: 0.08 / 0.20 against 0.03 / 0.09 in 6-D, 0.07 / 0.59 against 0.01 / 0.20 in 8-D.
+#: Regret (benchmarks/fts_value_tuning.py, 72 site-runs a family, paired) moved within 1.6
+#: standard errors, more often up than down (the README's "How long things take").
 ZOOM_MAX_COLUMNS = 4
 #: From this many observations on, the participant's GP is refitted (and the broadcast weighed
 #: again) only once the observations have grown by 10%
