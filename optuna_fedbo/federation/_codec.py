@@ -63,6 +63,27 @@ def canonical_json(value: Any) -> str:
     return _dumps(value)
 
 
+def binary_frame(header: Any, *blobs: bytes) -> bytes:
+    """A binary frame: ``header``'s canonical JSON (which holds no newline), a newline, then
+    ``blobs``' raw bytes (the plaintext of an upload that carries vectors: no base64 inside
+    the envelope's own)."""
+    return b"".join((canonical_json(header).encode(), b"\n", *blobs))
+
+
+def split_frame(frame: Any) -> tuple[Any, bytes]:
+    """``(header, tail)`` of a :func:`binary_frame`: the parsed JSON header and the raw bytes.
+
+    Raises:
+        ValueError: If ``frame`` is not bytes, has no newline or its header is not JSON.
+    """
+    if not isinstance(frame, bytes):
+        raise ValueError("a frame must be bytes")
+    head, newline, tail = frame.partition(b"\n")
+    if not newline:
+        raise ValueError("no frame header")
+    return json.loads(head), tail
+
+
 def digest(text: str) -> str:
     """The SHA-256 hex digest of a string."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
