@@ -15,8 +15,8 @@ _VERBATIM_FROM = 4096
 
 class Base64Text(str):
     """Text of :func:`base64_text`: its alphabet needs no JSON escapes, so
-    :func:`canonical_json` writes it as is instead of scanning it (a pooled upload carries
-    two of 0.4-0.6 million characters: scanning them was 5 ms of its 12)."""
+    :func:`canonical_json` writes it as is instead of scanning it (a pooled upload's envelope
+    carries one of about 0.45 million characters in 4-D, a broadcast's vectors another)."""
 
     __slots__ = ()
 
