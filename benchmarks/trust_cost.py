@@ -65,7 +65,7 @@ def per_message(repeats: int) -> dict[str, float]:
             lambda: fed.trust.seal_upload(key, 0, 1, payload), repeats
         ),
         "verify + open an upload (server)": _median_ms(
-            lambda: fed.trust.open_upload(
+            lambda: fed.trust.open_upload_bytes(
                 sealed, client_id="c0", public_key=public_key, round_index=0
             ),
             repeats,
@@ -77,7 +77,7 @@ def per_message(repeats: int) -> dict[str, float]:
             lambda: fed.store.sign_broadcast(0, payload, epoch=1), repeats
         ),
         "upload size (characters, sealed)": float(len(sealed)),
-        "upload size (characters, plain)": float(len(payload)),
+        "upload size (bytes, plain)": float(len(payload)),
     }
 
 
@@ -106,7 +106,7 @@ def server_round(n_clients: int, directory: Path) -> dict[str, float]:
     keys = {c: fed.public_key_of(c) for c in raw}
     start = time.perf_counter()
     for client, text in raw.items():
-        fed.trust.open_upload(text, client_id=client, public_key=keys[client], round_index=0)
+        fed.trust.open_upload_bytes(text, client_id=client, public_key=keys[client], round_index=0)
     crypto = time.perf_counter() - start
     start = time.perf_counter()
     report = server.step()

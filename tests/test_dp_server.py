@@ -23,9 +23,11 @@ from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation import ledger as ledger_module
+from optuna_fedbo.federation._codec import split_frame
 from optuna_fedbo.federation.cli import main as cli_main
 from optuna_fedbo.federation.dp_config import DPConfig
 from optuna_fedbo.federation.dp_config import PAPER_DELTA
+from optuna_fedbo.federation.trust import text_digest
 from optuna_fedbo.privacy import _gaussian
 
 SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(-5.0, 5.0)}
@@ -591,3 +593,17 @@ def test_cli_create_serve_and_status_with_privacy(
     bad = ["create", "--storage", url, "--name", "x", "--search-space", space]
     assert cli_main([*bad, "--n-clients", "2", "--privacy", json.dumps({"z": 1})]) == 2
     assert "--privacy" in capsys.readouterr().err
+
+
+def test_a_dp_round_of_binary_uploads_is_aggregated_and_accounted() -> None:
+    fed = _federation(3)
+    server = FederationServer(fed)
+    _upload(fed)
+    header, tail = split_frame(fed.read_upload(0, "c0"))  # the upload is a binary frame
+    assert header["format"] == 2 and np.frombuffer(tail, "<f8").size == fed.fts.upload_length
+    report = server.step(force=True)
+    assert report.rejected == () and report.n_selected is not None and report.n_selected > 0
+    (entry,) = fed.ledger_entries()
+    (stored,) = [b for b in fed.store.broadcasts() if b.state == TrialState.COMPLETE]
+    assert entry.round == 0 and entry.payload == text_digest(stored.payload)
+    assert fed.privacy_spent()[0] == entry.epsilon > 0

@@ -17,10 +17,15 @@ from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation import presets
+from optuna_fedbo.federation._codec import binary_frame
 from optuna_fedbo.federation._codec import canonical_json
 from optuna_fedbo.federation._codec import encode_array
+from optuna_fedbo.federation._codec import split_frame
+from optuna_fedbo.federation._codec import vector_digest
+from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.cli import main as cli_main
 from optuna_fedbo.federation.fts.messages import encode_upload
+from optuna_fedbo.federation.fts.messages import parse_upload
 
 SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(-5.0, 5.0)}
 M = 8
@@ -53,19 +58,45 @@ def _upload_all(fed: Federation, n_observations: int = 5) -> None:
         fed.upload(f"c{i}", _omega(i), n_observations=n_observations, iteration=0)
 
 
-def _raw(fed: Federation, key: str, round_index: int = 0, **changes) -> str:
-    record = json.loads(
+def _raw(
+    fed: Federation,
+    key: str,
+    round_index: int = 0,
+    *,
+    omega: np.ndarray | None = None,
+    tail: bytes | None = None,
+    **changes,
+) -> bytes:
+    """An upload frame of ``key``, its header fields replaced by ``changes`` and its vector
+    bytes by ``tail``."""
+    header, body = split_frame(
         encode_upload(
             config_hash=fed.config_hash,
             round_index=round_index,
             client_id=key,
-            omega=_omega(0),
+            omega=_omega(0) if omega is None else omega,
             n_observations=3,
             iteration=0,
         )
     )
-    record.update(changes)
-    return canonical_json(record)
+    header.update(changes)
+    return binary_frame(header, body if tail is None else tail)
+
+
+def _format_1(fed: Federation, key: str) -> str:
+    """An upload of format 1 (a JSON text, the vector in base64), as the release before sent."""
+    return canonical_json(
+        {
+            "format": 1,
+            "config": fed.config_hash,
+            "round": 0,
+            "client": key,
+            "n_observations": 3,
+            "iteration": 0,
+            "sent_at": 0.0,
+            "omega": encode_array(_omega(0)),
+        }
+    )
 
 
 # --------------------------------------------------------------------------- federation
@@ -260,21 +291,34 @@ def test_round_timeout_leaves_stragglers_out(monkeypatch) -> None:
 @pytest.mark.parametrize(
     ("changes", "reason"),
     [
-        ({"omega": encode_array(np.array([1.0] * (M - 1) + [np.nan]))}, "NaN or infinity"),
-        ({"omega": encode_array(np.array([1.0] * (M - 1) + [np.inf]))}, "NaN or infinity"),
-        ({"omega": encode_array(np.ones(M + 2))}, "shape"),
+        ({"omega": np.array([1.0] * (M - 1) + [np.nan])}, "NaN or infinity"),
+        ({"omega": np.array([1.0] * (M - 1) + [np.inf])}, "NaN or infinity"),
+        ({"omega": np.array([1.0] * (M - 1) + [2e12])}, "absurd value"),
+        ({"omega": np.ones(M + 2)}, "shape"),
         ({"config": "0" * 64}, "configuration mismatch"),
         ({"round": 3}, "round"),
         ({"client": "c2"}, "signed"),
-        ({"format": 99}, "format"),
-        ({"omega": {"shape": [M], "f8": "%%%"}}, "malformed vector"),
+        ({"format": 99}, "upload format 99, this server reads format 2"),
+        ({"format": 1}, "upload format 1, this server reads format 2"),
+        ({"tail": _omega(0).tobytes()[:-1]}, "declares 8 values, carries 63 bytes"),  # truncated
+        ({"tail": _omega(0).tobytes() + bytes(8)}, "declares 8 values, carries 72 bytes"),
+        ({"tail": b""}, "malformed vector"),
+        ({"length": M + 1}, "malformed vector"),
+        ({"length": "8"}, "'length' must be an integer"),
+        ({"same_as": "0" * 32}, "either a vector or 'same_as'"),
+        ({"length": None, "same_as": "0" * 32}, "either a vector or 'same_as'"),
     ],
 )
 def test_bad_uploads_are_rejected_logged_and_never_aggregated(changes, reason, caplog) -> None:
     fed = _federation(n_clients=2, min_contributors=1)  # one contributor's round
     server = FederationServer(fed)
     fed.upload("c0", _omega(0), n_observations=3, iteration=0)
-    fed.send_upload("c1", 0, _raw(fed, "c1", **changes))
+    raw = _raw(fed, "c1", **changes)
+    if changes.get("length", 0) is None:  # a header with 'same_as' and no 'length' ...
+        header, tail = split_frame(raw)
+        del header["length"]
+        raw = binary_frame(header, tail)  # ... but with the vector's bytes
+    fed.send_upload("c1", 0, raw)
     with caplog.at_level(logging.WARNING):
         assert server.step() is None  # c1's upload does not count: the round is not complete
     assert any(reason in r.getMessage() and "'c1'" in r.getMessage() for r in caplog.records)
@@ -282,6 +326,58 @@ def test_bad_uploads_are_rejected_logged_and_never_aggregated(changes, reason, c
     assert report.contributors == ("c0",)
     assert report.rejected[0][0] == "c1" and reason in report.rejected[0][1]
     np.testing.assert_allclose(fed.latest_broadcast().vectors[0], _omega(0))
+
+
+def test_an_upload_of_the_previous_format_is_refused_naming_both_formats(caplog) -> None:
+    fed = _federation(n_clients=2, min_contributors=1)  # one contributor's round
+    server = FederationServer(fed)
+    fed.upload("c0", _omega(0), n_observations=3, iteration=0)
+    fed.send_upload("c1", 0, _format_1(fed, "c1"))
+    with caplog.at_level(logging.WARNING):
+        report = server.step(force=True)
+    assert report.contributors == ("c0",)
+    reason = dict(report.rejected)["c1"]
+    assert "upload format 1, this server reads format 2" in reason and "release" in reason
+    assert any("format 1" in r.getMessage() for r in caplog.records)
+
+
+def test_an_upload_frame_round_trips_exactly() -> None:
+    fed = _federation()
+    omega = np.random.default_rng(0).normal(size=M) * 1e3
+    frame = _raw(fed, "c1", omega=omega)
+    header, tail = split_frame(frame)
+    assert (
+        header["format"] == 2 and header["length"] == M and tail == omega.astype("<f8").tobytes()
+    )
+    assert b"omega" not in frame and len(frame) < 8 * M + 250  # no base64: raw bytes
+    upload = parse_upload(
+        frame, client_id="c1", round_index=0, config_hash=fed.config_hash, length=M
+    )
+    assert upload.omega.tobytes() == omega.tobytes() and upload.n_observations == 3
+    assert vector_digest(upload.omega) == vector_digest(omega)
+    by_digest = encode_upload(
+        config_hash=fed.config_hash,
+        round_index=0,
+        client_id="c1",
+        omega=omega,
+        n_observations=4,
+        iteration=1,
+        same_as=vector_digest(omega),
+    )
+    assert by_digest.endswith(b"\n")  # no vector bytes
+    held = (vector_digest(omega), upload.omega)
+    again = parse_upload(
+        by_digest, client_id="c1", round_index=0, config_hash=fed.config_hash, length=M, held=held
+    )
+    assert again.omega is upload.omega and again.n_observations == 4
+    for bad, reason in (
+        (b"no newline", "malformed upload"),
+        ("text\n", "malformed upload"),
+        (b"[1]\n", "not a JSON object"),
+        (b"{\n", "malformed upload"),
+    ):
+        with pytest.raises(UploadRejected, match=reason):
+            parse_upload(bad, client_id="c1", round_index=0, config_hash=fed.config_hash, length=M)
 
 
 def test_garbage_and_unknown_participants_are_rejected(caplog) -> None:

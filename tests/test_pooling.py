@@ -3,7 +3,6 @@ server's aggregation and checks, and the participant's upload."""
 
 from __future__ import annotations
 
-import json
 import logging
 
 import numpy as np
@@ -31,7 +30,8 @@ from optuna_fedbo.federation import DPConfig
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
-from optuna_fedbo.federation._codec import encode_array
+from optuna_fedbo.federation._codec import binary_frame
+from optuna_fedbo.federation._codec import split_frame
 from optuna_fedbo.federation._codec import vector_digest
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.fts.messages import encode_upload
@@ -306,7 +306,7 @@ def _payload(
     *,
     n_observations: int,
     same_as: str | None = None,
-) -> str:
+) -> bytes:
     """An upload message of ``client`` for ``round_index`` (sent by hand, to forge or parse)."""
     return encode_upload(
         config_hash=fed.config_hash,
@@ -321,9 +321,9 @@ def _payload(
 
 def _sent(fed: Federation, round_index: int, client: str) -> str:
     """How a stored upload carries its vector: "omega" (in full) or "same_as" (by digest)."""
-    record = json.loads(fed.read_upload(round_index, client))
-    assert ("omega" in record) != ("same_as" in record)
-    return "omega" if "omega" in record else "same_as"
+    record, tail = split_frame(fed.read_upload(round_index, client))
+    assert ("length" in record) != ("same_as" in record) and bool(tail) == ("length" in record)
+    return "omega" if "length" in record else "same_as"
 
 
 def test_the_default_federation_pools_and_broadcasts_the_posterior_of_everyones_data() -> None:
@@ -462,7 +462,7 @@ def test_an_upload_by_digest_is_checked_at_the_boundary() -> None:
     fed = _federation(n_clients=1)
     vector = _packed(fed, 0)
 
-    def parse(payload: str, held):  # noqa: ANN001, ANN202
+    def parse(payload: bytes, held):  # noqa: ANN001, ANN202
         return parse_upload(
             payload,
             client_id="c0",
@@ -473,14 +473,15 @@ def test_an_upload_by_digest_is_checked_at_the_boundary() -> None:
         )
 
     payload = _payload(fed, "c0", 1, vector, n_observations=7, same_as=vector_digest(vector))
-    assert "omega" not in json.loads(payload)
+    header, tail = split_frame(payload)
+    assert "length" not in header and tail == b""
     np.testing.assert_array_equal(parse(payload, (vector_digest(vector), vector)).omega, vector)
     for held in (None, (vector_digest(vector + 1.0), vector + 1.0)):
         with pytest.raises(UploadRejected, match="does not hold"):
             parse(payload, held)
-    both = json.loads(payload) | {"omega": encode_array(vector)}
+    both = binary_frame(header | {"length": len(vector)}, vector.astype("<f8").tobytes())
     with pytest.raises(UploadRejected, match="either a vector or 'same_as'"):
-        parse(json.dumps(both), (vector_digest(vector), vector))
+        parse(both, (vector_digest(vector), vector))
 
 
 def test_a_pooled_participant_refreshes_its_statistics_every_ten_percent(monkeypatch) -> None:

@@ -11,7 +11,6 @@ lease; two sites under one client_id, and a study of another site, are refused w
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 import signal
@@ -29,6 +28,7 @@ from optuna_fedbo import FedSampler
 from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
+from optuna_fedbo.federation._codec import split_frame
 from optuna_fedbo.federation._uploads import UploadCollector
 from optuna_fedbo.federation.lease import lease_book
 from optuna_fedbo.samplers._site_state import SiteMismatchError
@@ -138,7 +138,7 @@ def test_the_workers_of_a_site_share_its_study_and_upload_as_one(
     _no_point_twice_at_once(done)
     # The site uploads as one participant: its slot holds one upload, pooling the trials of
     # all its workers (the last trials of the others may still have been finishing).
-    pooled = json.loads(fed.read_upload(0, "site-0"))["n_observations"]
+    pooled = split_frame(fed.read_upload(0, "site-0"))[0]["n_observations"]
     assert len(done) - (workers - 1) <= pooled <= len(done), pooled
     states = lease_book(Federation.load(fed.name, storage)).states()
     assert states["site-0"].status == "finished" and states["site-0"].workers == 0
@@ -259,7 +259,7 @@ def test_upload_counters_grow_across_workers_whatever_their_clocks(tmp_path, mon
     ahead, behind = Federation.load(fed.name, storage), Federation.load(fed.name, storage)
     key = fed.public_key_of("site-0")
     collector = UploadCollector(  # the server's replay check, fed each upload as it lands
-        lambda c, t, r: fed.trust.open_upload(t, client_id=c, public_key=key, round_index=r)
+        lambda c, t, r: fed.trust.open_upload_bytes(t, client_id=c, public_key=key, round_index=r)
     )
     counters, rejected = [], []
     for worker, skew in ((ahead, 0), (behind, -3600 * 10**9), (ahead, 0), (behind, -3600 * 10**9)):

@@ -27,6 +27,7 @@ from optuna_fedbo.federation import FederationDamagedError
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation import ServerSupersededError
+from optuna_fedbo.federation._codec import split_frame
 from optuna_fedbo.federation._damage import reopen_uploads
 from optuna_fedbo.federation.fts.messages import encode_upload
 from optuna_fedbo.federation.keys import ServerKeys
@@ -184,7 +185,7 @@ def test_a_deleted_uploads_study_is_created_again_and_the_round_goes_on(tmp_path
 
     def initialized(client: str) -> bool:
         return client in fed.store.read_uploads(0) and (
-            json.loads(fed.read_upload(0, client))["n_observations"] >= 2
+            split_frame(fed.read_upload(0, client))[0]["n_observations"] >= 2
         )
 
     workers = [worker(0), worker(1)]

@@ -26,7 +26,7 @@ from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FedPNEConfig
 from optuna_fedbo.federation import FTSConfig
-from optuna_fedbo.federation._codec import decode_array
+from optuna_fedbo.federation._codec import split_frame
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.fts.messages import encode_upload
 from optuna_fedbo.federation.keys import ParticipantKey
@@ -97,7 +97,7 @@ def test_a_spy_recovers_nothing_from_stored_uploads_by_any_decoding() -> None:
             json.loads(sealed.decode("utf-8"))
     # The attack does find an upload that is merely encoded (it is not blind).
     text, omega = _upload_many(fed, repeats=1)[0]
-    plaintext = fed.trust.open_upload(
+    plaintext = fed.trust.open_upload_bytes(
         text, client_id="c0", public_key=fed.public_key_of("c0"), round_index=0
     )[1]
     envelope = json.loads(text)
@@ -106,7 +106,7 @@ def test_a_spy_recovers_nothing_from_stored_uploads_by_any_decoding() -> None:
         lambda b: base64.urlsafe_b64encode(zlib.compress(b)),
         lambda b: base64.b64encode(lzma.compress(b)),
     ):
-        leaked = json.dumps({**envelope, "ct": encode(plaintext.encode()).decode()})
+        leaked = json.dumps({**envelope, "ct": encode(plaintext).decode()})
         assert attacks.recover(leaked, attacks.secrets_of(omega)) != []
     raw = json.dumps({"ct": base64.b64encode(omega.astype("<f4").tobytes()).decode()})
     assert attacks.recover(raw, attacks.secrets_of(omega)) != []
@@ -125,11 +125,11 @@ def test_stored_uploads_are_indistinguishable_from_random_bytes() -> None:
     a, b = (attacks.ciphertext(fed.trust.seal_upload(key, 0, 9, plaintext)) for _ in range(2))
     assert len(a) == len(b) and sum(x == y for x, y in zip(a, b)) < 16
     # The test is not blind: the same bytes merely encoded are told apart at once.
-    plain = [fed.trust.open_upload(
+    plain = [fed.trust.open_upload_bytes(
         text, client_id=json.loads(text)["client"],
         public_key=fed.public_key_of(json.loads(text)["client"]),
         round_index=json.loads(text)["round"],
-    )[1].encode() for text, _ in sent]  # fmt: skip
+    )[1] for text, _ in sent]  # fmt: skip
     assert max(attacks.randomness(plain)) < 0.6
     xored = [bytes(c ^ 0x5A for c in p) for p in plain]
     assert attacks.randomness(xored)[0] < 1e-6
@@ -142,7 +142,7 @@ def test_uploads_are_ciphertexts_that_only_the_server_opens() -> None:
     envelope = json.loads(stored)
     assert set(envelope) == {"v", "client", "round", "counter", "after", "ct", "sig"}
     assert '"omega"' not in stored and '"f8"' not in stored
-    assert json.loads(fed.read_upload(0, "c0"))["client"] == "c0"
+    assert split_frame(fed.read_upload(0, "c0"))[0]["client"] == "c0"
     # Anyone can check the envelope's signature, but a key other than the server's cannot open
     # it: the decryption itself fails (not a missing key: here a key is present).
     participant = Federation.load(fed.name, fed.storage, server_fingerprint=fed.fingerprint)
@@ -319,7 +319,7 @@ def test_a_missed_upload_is_reported_and_resent_to_the_next_round(caplog) -> Non
     assert any("arrived after the server closed" in r.getMessage() for r in caplog.records)
     # Re-sent to round 1: the server finds it there.
     assert "c1" in fed.store.read_uploads(1)
-    np.testing.assert_allclose(json.loads(fed.read_upload(1, "c1"))["round"], 1)
+    np.testing.assert_allclose(split_frame(fed.read_upload(1, "c1"))[0]["round"], 1)
 
 
 def test_fedpne_node_means_are_sealed_too() -> None:
@@ -440,12 +440,12 @@ def test_a_spy_with_the_storage_url_recovers_no_vector(kind: str, tmp_path: Path
     # ground truth: the vector the spy must not find).
     operator = Federation.load(name, storage)
     for round_index, client, text in seen:
-        plaintext = operator.trust.open_upload(
+        plaintext = operator.trust.open_upload_bytes(
             text, client_id=client, public_key=operator.public_key_of(client),
             round_index=round_index,
         )[1]  # fmt: skip
-        record = json.loads(plaintext)  # (an upload naming a vector sent before has none)
-        omega = decode_array(record["omega"]) if "omega" in record else np.zeros(0)
+        tail = split_frame(plaintext)[1]  # (an upload naming a vector sent before has none)
+        omega = np.frombuffer(tail, dtype="<f8")
         assert attacks.recover(text, attacks.secrets_of(omega)) == [], (round_index, client)
     p_value, ratio = attacks.randomness([attacks.ciphertext(text) for _, _, text in seen])
     assert p_value > 1e-6 and ratio > 0.98, (p_value, ratio)
@@ -457,7 +457,8 @@ def test_the_server_opens_only_an_upload_sent_after_one_of_the_rounds_openings()
     stored = fed.store.read_uploads(0)["c0"]
     after = json.loads(stored)["after"]
     key = {"client_id": "c0", "public_key": fed.public_key_of("c0"), "round_index": 0}
-    counter, plaintext = fed.trust.open_upload(stored, openings={after, "another"}, **key)
-    assert counter == json.loads(stored)["counter"] and json.loads(plaintext)["client"] == "c0"
+    counter, plaintext = fed.trust.open_upload_bytes(stored, openings={after, "another"}, **key)
+    assert counter == json.loads(stored)["counter"]
+    assert split_frame(plaintext)[0]["client"] == "c0"
     with pytest.raises(UploadRejected, match="written before round 0 opened"):
-        fed.trust.open_upload(stored, openings={"another"}, **key)
+        fed.trust.open_upload_bytes(stored, openings={"another"}, **key)

@@ -15,8 +15,8 @@ _VERBATIM_FROM = 4096
 
 class Base64Text(str):
     """Text of :func:`base64_text`: its alphabet needs no JSON escapes, so
-    :func:`canonical_json` writes it as is instead of scanning it (a pooled upload carries
-    two of 0.4-0.6 million characters: scanning them was 5 ms of its 12)."""
+    :func:`canonical_json` writes it as is instead of scanning it (a pooled upload's envelope
+    carries one of about 0.45 million characters in 4-D, a broadcast's vectors another)."""
 
     __slots__ = ()
 
@@ -61,6 +61,27 @@ def canonical_json(value: Any) -> str:
         _pieces(value, out)
         return "".join(out)
     return _dumps(value)
+
+
+def binary_frame(header: Any, *blobs: bytes) -> bytes:
+    """A binary frame: ``header``'s canonical JSON (which holds no newline), a newline, then
+    ``blobs``' raw bytes (the plaintext of an upload that carries vectors: no base64 inside
+    the envelope's own)."""
+    return b"".join((canonical_json(header).encode(), b"\n", *blobs))
+
+
+def split_frame(frame: Any) -> tuple[Any, bytes]:
+    """``(header, tail)`` of a :func:`binary_frame`: the parsed JSON header and the raw bytes.
+
+    Raises:
+        ValueError: If ``frame`` is not bytes, has no newline or its header is not JSON.
+    """
+    if not isinstance(frame, bytes):
+        raise ValueError("a frame must be bytes")
+    head, newline, tail = frame.partition(b"\n")
+    if not newline:
+        raise ValueError("no frame header")
+    return json.loads(head), tail
 
 
 def digest(text: str) -> str:

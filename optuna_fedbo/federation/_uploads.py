@@ -7,6 +7,7 @@ from collections.abc import Callable
 from collections.abc import Mapping
 import hashlib
 import time
+from typing import Any
 from typing import Generic
 from typing import TypeVar
 
@@ -29,10 +30,11 @@ class UploadCollector(Generic[Parsed]):
     Args:
         open_upload: ``(client_id, stored text, round) -> (counter, plaintext)``: checks the
             participant's enrollment, the size bound, the signature and the binding, and
-            decrypts; raises :class:`UploadRejected`.
+            decrypts (the plaintext as text, or bytes for a binary frame); raises
+            :class:`UploadRejected`.
     """
 
-    def __init__(self, open_upload: Callable[[str, str, int], tuple[int, str]]) -> None:
+    def __init__(self, open_upload: Callable[[str, str, int], tuple[int, str | bytes]]) -> None:
         self._open = open_upload
         # Each participant's last stored text, what it parsed to and the text's receipt: a
         # server polls the open round many times, and a pooled upload is several hundred
@@ -64,7 +66,7 @@ class UploadCollector(Generic[Parsed]):
         self,
         raw: Mapping[str, str],
         round_index: int,
-        parse: Callable[[str, str], Parsed],
+        parse: Callable[[str, Any], Parsed],
         where: str = "",
     ) -> tuple[dict[str, Parsed], tuple[tuple[str, str], ...]]:
         """Parse ``raw`` (participant id -> stored text) into valid uploads and rejections.
@@ -72,7 +74,7 @@ class UploadCollector(Generic[Parsed]):
         Args:
             raw: The round's raw uploads.
             round_index: The round (for messages).
-            parse: ``(client_id, text) -> parsed upload``; raises :class:`UploadRejected`.
+            parse: ``(client_id, plaintext) -> parsed upload``; raises :class:`UploadRejected`.
             where: Extra context for the rejection warning (e.g. the phase).
 
         Returns:

@@ -48,6 +48,8 @@ class ProtocolConfig:
     """
 
     kind: ClassVar[str] = ""
+    #: Whether the protocol's uploads are binary frames (bytes) rather than JSON text.
+    binary_uploads: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -20,6 +20,7 @@ from optuna_fedbo.federation.secagg.config import no_single_upload
 from optuna_fedbo.federation.site_counter import UploadSender
 from optuna_fedbo.federation.store import FederationStore
 from optuna_fedbo.federation.trust import text_digest
+from optuna_fedbo.federation.trust import text_of
 from optuna_fedbo.federation.trust import Trust
 from optuna_fedbo.federation.watermark import check_participant
 
@@ -43,7 +44,7 @@ class Relay:
         self,
         client_id: str,
         round_index: int,
-        payload: str,
+        payload: str | bytes,
         resend: Any = None,
     ) -> None:
         """Seal ``payload`` to the server, sign it as ``client_id`` and write it to the round.
@@ -51,7 +52,7 @@ class Relay:
         Args:
             client_id: The participant (enrolled, with its key on this machine).
             round_index: The open round (the upload is bound to its opening).
-            payload: The protocol's upload message.
+            payload: The protocol's upload message (text, or a binary frame).
             resend: ``() -> None`` that sends the upload again to the open round, called if
                 the broadcast of ``round_index`` shows that the upload missed it (arrived after
                 the server closed the round); ``None``: only warn.
@@ -84,8 +85,11 @@ class Relay:
             return False
         return True
 
-    def read_upload(self, round_index: int, client_id: str) -> str:
-        """The opened upload of ``client_id`` in a round (the operator only: for inspection).
+    def read_upload(self, round_index: int, client_id: str) -> str | bytes:
+        """The opened upload of ``client_id`` in a round (the operator only: for inspection):
+        bytes under a protocol whose uploads are binary frames (FTS: a JSON header line, then
+        the vector's float64 bytes, see
+        :func:`~optuna_fedbo.federation.fts.messages.parse_upload`), else text.
 
         Raises:
             KeyError: If there is no such upload.
@@ -98,9 +102,10 @@ class Relay:
         if public_key is None:
             raise ValueError(f"{client_id!r} is not enrolled in federation {self.name!r}.")
         text = self._store.read_uploads(round_index)[client_id]
-        return self._trust.open_upload(
+        opened = self._trust.open_upload_bytes(
             text, client_id=client_id, public_key=public_key, round_index=round_index
         )[1]
+        return opened if self._config.protocol.binary_uploads else text_of(opened)
 
     def read_broadcast(self, trial_id: int) -> tuple[int, str]:
         """``(round, payload)`` of a verified broadcast; checks this process's receipts.

@@ -112,7 +112,9 @@ class UploadSender:
         # Each participant's newest sealed upload: (client, round) -> {text: counter}.
         self._sealed: dict[tuple[str, int], dict[str, int]] = {}
 
-    def send(self, key: ParticipantKey, round_index: int, payload: str, opening: str) -> str:
+    def send(
+        self, key: ParticipantKey, round_index: int, payload: str | bytes, opening: str
+    ) -> str:
         """Seal ``payload`` as ``key``'s upload to ``round_index`` and write it; the sealed text.
 
         Raises:

@@ -43,7 +43,7 @@ from optuna_fedbo.federation.keys import unb64
 from optuna_fedbo.federation.keys import verify_signature
 
 #: The one size bound of an upload as stored (characters of the sealed envelope). An FTS upload
-#: of ``M = 100`` features is about 2,000; a Fed-PNE phase of 10,000 nodes about 500,000.
+#: of ``M = 100`` features is about 1,600; a Fed-PNE phase of 10,000 nodes about 500,000.
 MAX_UPLOAD_CHARS: Final[int] = 1_000_000
 
 ENVELOPE_FORMAT: Final[int] = 1

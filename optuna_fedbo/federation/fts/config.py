@@ -126,6 +126,7 @@ class FTSConfig(ProtocolConfig):
     """
 
     kind: ClassVar[str] = "fts"
+    binary_uploads: ClassVar[bool] = True  # see fts.messages.encode_upload
 
     n_features: int | None = None
     lengthscale: float | None = None

@@ -1,30 +1,40 @@
 """The two messages of the FTS protocol: a participant's upload and the server's broadcast.
 
-Both are JSON objects stored as strings; vectors are exact float64 in base64. Parsing checks
-every field, so that a malformed, non-finite, wrong-length or foreign upload is rejected with a
-reason instead of reaching the aggregation.
+An upload is a binary frame (:func:`~optuna_fedbo.federation._codec.binary_frame`, as secure
+aggregation's messages): a canonical JSON header, a newline, then the vector's raw float64 bytes,
+little-endian (no base64 or JSON scan of the vector inside the envelope's own base64). A
+broadcast is a JSON object stored as a string, its vectors exact float64 in base64. Parsing
+checks every field, so that a malformed, non-finite, wrong-length or foreign upload is rejected
+with a reason instead of reaching the aggregation.
 
 An upload whose vector is one the participant already sent in an earlier round (a pooled
 participant's statistics between refreshes, :mod:`optuna_fedbo.samplers`) carries its digest,
-``same_as``, instead: the server resolves it against the vector it holds from that participant.
+``same_as``, and no vector bytes: the server resolves it against the vector it holds from that
+participant.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+import json
 import math
 import time
 from typing import Any
 
 import numpy as np
 
+from optuna_fedbo.federation._codec import binary_frame
 from optuna_fedbo.federation._codec import canonical_json
 from optuna_fedbo.federation._codec import decode_array
 from optuna_fedbo.federation._codec import encode_array
+from optuna_fedbo.federation._codec import split_frame
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.records import loads_object
 
+#: The format of broadcasts.
 MESSAGE_FORMAT = 1
+#: The format of uploads: 2, a binary frame (1 was a JSON text with the vector in base64).
+UPLOAD_FORMAT = 2
 
 #: An upload with a coordinate beyond this is refused as absurd (a posterior draw of the
 #: feature weights is of the order of the values' scale; 1e12 leaves room for any real one).
@@ -62,15 +72,17 @@ def encode_upload(
     n_observations: int,
     iteration: int,
     same_as: str | None = None,
-) -> str:
-    """Serialize an upload.
+) -> bytes:
+    """Serialize an upload: a binary frame, its header declaring the vector's length and its
+    tail the vector's little-endian float64 bytes.
 
     Args:
         same_as: ``omega``'s :func:`~optuna_fedbo.federation._codec.vector_digest`, to send
-            instead of ``omega`` (the server holds it from an earlier round).
+            instead of ``omega`` (the server holds it from an earlier round): the frame then
+            has no tail.
     """
-    record = {
-        "format": MESSAGE_FORMAT,
+    record: dict[str, Any] = {
+        "format": UPLOAD_FORMAT,
         "config": config_hash,
         "round": int(round_index),
         "client": client_id,
@@ -80,9 +92,32 @@ def encode_upload(
     }
     if same_as is not None:
         record["same_as"] = same_as
-    else:
-        record["omega"] = encode_array(omega)
-    return canonical_json(record)
+        return binary_frame(record)
+    values = np.ascontiguousarray(np.asarray(omega, dtype="<f8"))
+    if values.ndim != 1:
+        raise ValueError(f"an upload's vector must be 1-D, got shape {values.shape}.")
+    record["length"] = int(values.shape[0])
+    return binary_frame(record, values.tobytes())
+
+
+def _format_mismatch(found: Any) -> UploadRejected:
+    return UploadRejected(
+        f"upload format {found!r}, this server reads format {UPLOAD_FORMAT} (format 1 was "
+        f"JSON text, format {UPLOAD_FORMAT} a binary frame): the participant runs another "
+        "release than the server (participants and server of one federation run one release)"
+    )
+
+
+def _unframed(plaintext: Any, error: ValueError) -> UploadRejected:
+    """Why a plaintext that is no frame is refused: an upload of another format, if it names
+    one (format 1 was a JSON text), else malformed."""
+    try:
+        record = json.loads(plaintext) if isinstance(plaintext, (bytes, str)) else None
+    except ValueError:
+        record = None
+    if isinstance(record, dict) and "format" in record:
+        return _format_mismatch(record["format"])
+    return UploadRejected(f"malformed upload ({error})")
 
 
 def _int_field(record: dict[str, Any], key: str) -> int:
@@ -92,14 +127,19 @@ def _int_field(record: dict[str, Any], key: str) -> int:
     return value
 
 
-def _vector(record: dict[str, Any], held: tuple[str, np.ndarray] | None) -> np.ndarray:
-    """The upload's vector: its own, or the ``held`` one that its ``same_as`` names."""
+def _vector(
+    record: dict[str, Any], tail: bytes, held: tuple[str, np.ndarray] | None
+) -> np.ndarray:
+    """The upload's vector: its own (the frame's tail, of the declared length), or the
+    ``held`` one that its ``same_as`` names."""
     if "same_as" not in record:
-        try:
-            return decode_array(record.get("omega"))
-        except ValueError as error:
-            raise UploadRejected(f"malformed vector ({error})") from None
-    if "omega" in record:
+        declared = _int_field(record, "length")
+        if declared < 0 or len(tail) != 8 * declared:
+            raise UploadRejected(
+                f"malformed vector (declares {declared} values, carries {len(tail)} bytes)"
+            )
+        return np.frombuffer(tail, dtype="<f8").astype(float)
+    if "length" in record or tail:
         raise UploadRejected("an upload has either a vector or 'same_as', not both")
     if held is None or record["same_as"] != held[0]:
         raise UploadRejected(
@@ -110,7 +150,7 @@ def _vector(record: dict[str, Any], held: tuple[str, np.ndarray] | None) -> np.n
 
 
 def parse_upload(
-    text: Any,
+    plaintext: Any,
     *,
     client_id: str,
     round_index: int,
@@ -121,7 +161,7 @@ def parse_upload(
     """Parse and check an upload found under ``client_id``'s key of round ``round_index``.
 
     Args:
-        text: The opened upload.
+        plaintext: The opened upload (a frame of :func:`encode_upload`).
         client_id: The participant whose key it was found under.
         round_index: The round it was found in.
         config_hash: The federation's configuration hash.
@@ -133,11 +173,13 @@ def parse_upload(
         UploadRejected: With the reason, if the upload must not be aggregated.
     """
     try:
-        record = loads_object(text)
+        record, tail = split_frame(plaintext)
     except ValueError as error:
-        raise UploadRejected(f"malformed upload ({error})") from None
-    if record.get("format") != MESSAGE_FORMAT:
-        raise UploadRejected(f"unknown upload format {record.get('format')!r}")
+        raise _unframed(plaintext, error) from None
+    if not isinstance(record, dict):
+        raise UploadRejected("malformed upload (its header is not a JSON object)")
+    if record.get("format") != UPLOAD_FORMAT:
+        raise _format_mismatch(record.get("format"))
     if record.get("config") != config_hash:
         raise UploadRejected(
             f"federation configuration mismatch (upload for {str(record.get('config'))[:12]}, "
@@ -149,7 +191,7 @@ def parse_upload(
         )
     if _int_field(record, "round") != round_index:
         raise UploadRejected(f"written in round {round_index} for round {record.get('round')!r}")
-    omega = _vector(record, held)
+    omega = _vector(record, tail, held)
     if omega.shape != (length,):
         raise UploadRejected(f"vector of shape {omega.shape}, expected ({length},)")
     if not np.all(np.isfinite(omega)):

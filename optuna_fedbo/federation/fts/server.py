@@ -119,7 +119,7 @@ class FTSServer(FederationServer):
             hold_rounds=fts.weight_hold_rounds,
             decay_rounds=fts.weight_decay_rounds,
         )
-        self._uploads: UploadCollector[Upload] = UploadCollector(self._open_upload)
+        self._uploads: UploadCollector[Upload] = UploadCollector(self._open_upload_bytes)
         # The newest statistics received from each participant (aggregation="pooled"), which
         # a later upload may name instead of repeating them (in memory only: after a restart
         # such an upload is refused, and its participant re-sends the statistics): their
@@ -322,10 +322,10 @@ class FTSServer(FederationServer):
         config_hash = self.federation.config_hash
         length = self._fts.upload_length
 
-        def parse(client_id: str, text: str) -> Upload:
+        def parse(client_id: str, plaintext: bytes) -> Upload:
             held = self._held.get(client_id)
             upload = parse_upload(
-                text,
+                plaintext,
                 client_id=client_id,
                 round_index=round_index,
                 config_hash=config_hash,

@@ -31,7 +31,6 @@ federation is refused by the protocol as well as by its envelope.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -42,7 +41,8 @@ from optuna_fedbo.core.secagg.messages import Message
 from optuna_fedbo.core.secagg.messages import message_from_header
 from optuna_fedbo.core.secagg.messages import MessageRejected
 from optuna_fedbo.core.secagg.setup import RoundSetup
-from optuna_fedbo.federation._codec import canonical_json
+from optuna_fedbo.federation._codec import binary_frame
+from optuna_fedbo.federation._codec import split_frame
 from optuna_fedbo.federation.keys import verify_signature
 from optuna_fedbo.federation.store import FederationStore
 
@@ -279,8 +279,7 @@ def message_plaintext(attempt: int, step: str, message: Message) -> bytes:
     replaced by their lengths), a newline, then the vectors' raw bytes (no base64 inside the
     envelope's own)."""
     header, blobs = message.to_header()
-    head = canonical_json({"attempt": attempt, "step": step, "message": header}).encode()
-    return b"".join((head, b"\n", *blobs))
+    return binary_frame({"attempt": attempt, "step": step, "message": header}, *blobs)
 
 
 def parse_message(plaintext: bytes, attempt: int, step: str, client_id: str) -> Message:
@@ -290,15 +289,12 @@ def parse_message(plaintext: bytes, attempt: int, step: str, client_id: str) -> 
         MessageRejected: If it is malformed, of another attempt or step, or names another
             sender.
     """
-    if not isinstance(plaintext, bytes):
-        raise MessageRejected("malformed secure-aggregation message")
-    head, newline, tail = plaintext.partition(b"\n")
     try:
-        record = json.loads(head)
+        record, tail = split_frame(plaintext)
     except ValueError:
         raise MessageRejected("malformed secure-aggregation message") from None
     fields = {"attempt", "step", "message"}
-    if not newline or not isinstance(record, dict) or set(record) != fields:
+    if not isinstance(record, dict) or set(record) != fields:
         raise MessageRejected("malformed secure-aggregation message")
     if record["attempt"] != attempt or record["step"] != step:
         raise MessageRejected(
