@@ -420,30 +420,33 @@ def test_the_participant_refits_from_ten_observations_on_and_searches_ten_iterat
 
 
 @pytest.mark.parametrize("n_columns", [2, 4, 5])
-def test_the_participant_zooms_in_up_to_four_columns_and_uses_lbfgsb_beyond(
+def test_the_own_gp_alone_is_searched_by_zoom_up_to_four_columns(
     monkeypatch: pytest.MonkeyPatch, n_columns: int
 ) -> None:
     """Zoom rounds from the best candidates cost half of L-BFGS-B's time and reached as high a
-    log EI in 2-D and 4-D; in 6-D and 8-D they fell behind (``ZOOM_MAX_COLUMNS``)."""
+    log EI in 2-D and 4-D (in 6-D and 8-D they fell behind: ``ZOOM_MAX_COLUMNS``); with the
+    broadcast as prior mean L-BFGS-B stays (the zoom cost the federation regret there)."""
     searches = []
     maximize_on_gp = _fed_transfer.maximize_on_gp
 
-    def recorded(*args, **options):  # noqa: ANN002, ANN003, ANN202
-        searches.append(options["local_search"])
-        return maximize_on_gp(*args, **options)
+    def recorded(acquisition, *args, **options):  # noqa: ANN001, ANN002, ANN003, ANN202
+        searches.append((acquisition._prior_mean is not None, options["local_search"]))
+        return maximize_on_gp(acquisition, *args, **options)
 
     monkeypatch.setattr(_fed_transfer, "maximize_on_gp", recorded)
     space = {f"x{i}": FloatDistribution(0, 1) for i in range(n_columns)}
-    fed = Federation.create(
-        f"default-{next(_names)}",
-        search_space=space,
-        n_clients=1,
-        protocol=FTSConfig(n_init=3, min_contributors=1),
-        seed=1,
-    )
-    study = optuna.create_study(sampler=FedTransferSampler(fed, "a", seed=0))
-    study.optimize(lambda t: sum(t.suggest_float(n, 0, 1) ** 2 for n in space), n_trials=5)
-    assert searches == ["zoom" if n_columns <= 4 else "lbfgsb"] * 2
+    centres = np.linspace(0.3, 0.6, n_columns)
+
+    def bowl(centre: np.ndarray):  # noqa: ANN202
+        return lambda t: -sum((t.suggest_float(n, 0, 1) - c) ** 2 for n, c in zip(space, centre))
+
+    simulate(
+        [bowl(centres), bowl(centres[::-1])],
+        search_space=space, n_rounds=10, protocol=FTSConfig(n_init=3), seed=0, progress=False,
+    )  # fmt: skip
+    assert {with_prior for with_prior, _ in searches} == {False, True}
+    for with_prior, search in searches:
+        assert search == ("zoom" if not with_prior and n_columns <= 4 else "lbfgsb")
 
 
 def test_normalization_modes() -> None:

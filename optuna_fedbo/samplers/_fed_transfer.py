@@ -51,8 +51,8 @@ SEARCH_CANDIDATES = 512
 #: 0.20 in log EI on average with the broadcast (20: 0.11 / 0.18) and 0.04 / -0.18 alone (20:
 #: 0.01 / -0.18), at 13 instead of 16 evaluations: a fifth of the search's time.
 SEARCH_MAX_ITERATIONS = 10
-#: Up to this many encoded columns the participant's acquisition search refines its best
-#: candidates by zoom rounds, not L-BFGS-B (``local_search="zoom"`` of
+#: Up to this many encoded columns the participant's own GP alone (no broadcast as prior mean)
+#: is searched by zoom rounds around its best candidates, not L-BFGS-B (``local_search="zoom"`` of
 #: :func:`~optuna_fedbo.core.gp_acquisition.maximize_on_gp`). Against a search of 8,192
 #: candidates, 16 starts and 100 iterations (a federation of four sites, 10 to 50
 #: observations, 40 to 200 searches each), the zoom from the four best candidates lost 0.04 /
@@ -60,8 +60,10 @@ SEARCH_MAX_ITERATIONS = 10
 #: L-BFGS-B (10 iterations) lost 0.04 / 0.12 / 0.07, and 0.03 / 0.04 against 0.03 / 0.06 in
 #: 2-D, at about half of L-BFGS-B's time. Without gradients it falls behind with more
 #: columns: 0.08 / 0.20 against 0.03 / 0.09 in 6-D, 0.07 / 0.59 against 0.01 / 0.20 in 8-D.
-#: Regret (benchmarks/fts_value_tuning.py, 72 site-runs a family, paired) moved within 1.6
-#: standard errors, more often up than down (the README's "How long things take").
+#: Paired regret at 10 / 20 / 30 trials (benchmarks/fts_value_tuning.py, 72 site-runs a family):
+#: a one-site federation moved by -0.013 to +0.007, +0.001 on average over rotated, shifted and
+#: independent 2-D GP draws. With the broadcast as prior mean the zoom cost the federation
+#: +0.002 to +0.009 at 20 trials on all four families tried, so L-BFGS-B searches those.
 ZOOM_MAX_COLUMNS = 4
 #: From this many observations on, the participant's GP is refitted (and the broadcast weighed
 #: again) only once the observations have grown by 10%
@@ -293,7 +295,11 @@ class FedTransferSampler(FTSParticipant):
             n_candidates=self._n_candidates,
             n_refinements=self._n_refinements,
             max_iterations=SEARCH_MAX_ITERATIONS,
-            local_search="zoom" if points.shape[1] <= ZOOM_MAX_COLUMNS else "lbfgsb",
+            local_search=(
+                "zoom"
+                if prior_function is None and points.shape[1] <= ZOOM_MAX_COLUMNS
+                else "lbfgsb"
+            ),
         )
         if transfer is not None:
             # Both models' predictions of the chosen point, scored once it is observed.
