@@ -43,8 +43,8 @@ from optuna_fedbo.samplers._site_state import score_one_step
 #: candidate. Paired by seed function (benchmarks/fts_value_paired.py), regret moved within a
 #: reseed's spread.
 SEARCH_CANDIDATES = 512
-#: L-BFGS-B iterations of this participant's acquisition refinement beyond
-#: :data:`ZOOM_MAX_COLUMNS` encoded columns (LocalGPSampler's are
+#: L-BFGS-B iterations of this participant's acquisition refinement (with the broadcast as prior
+#: mean, or beyond :data:`ZOOM_MAX_COLUMNS` encoded columns; LocalGPSampler's are
 #: :data:`~optuna_fedbo.core.gp_acquisition.ACQUISITION_MAX_ITERATIONS`, 20). Against a search of
 #: 8,192 candidates, 16 starts and 100 iterations (4-D, 15 to 101 observations, two runs each:
 #: 72 searches with a four-site broadcast as prior mean, 18 alone), 10 iterations lost 0.11 /
