@@ -602,7 +602,8 @@ def test_a_dp_round_of_binary_uploads_is_aggregated_and_accounted() -> None:
     header, tail = split_frame(fed.read_upload(0, "c0"))  # the upload is a binary frame
     assert header["format"] == 2 and np.frombuffer(tail, "<f8").size == fed.fts.upload_length
     report = server.step(force=True)
-    assert report.rejected == () and report.n_selected is not None and report.n_selected > 0
+    # Every upload parsed and clipped (Poisson subsampling may still select none of the three).
+    assert report.rejected == () and len(report.upload_norms) == 3
     (entry,) = fed.ledger_entries()
     (stored,) = [b for b in fed.store.broadcasts() if b.state == TrialState.COMPLETE]
     assert entry.round == 0 and entry.payload == text_digest(stored.payload)
