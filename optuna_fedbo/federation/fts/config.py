@@ -68,7 +68,10 @@ class FTSConfig(ProtocolConfig):
             weights). ``weight_hold_rounds = weight_decay_rounds = 0`` gives equal weights from
             the start (the "equal weights" ablation of the paper's appendix).
         n_init: Number of initial points per participant, drawn from the participant's
-            sub-region (from the whole domain if ``init_in_subregion`` is false or ``P = 1``).
+            sub-region (from the whole domain if ``init_in_subregion`` is false or ``P = 1``);
+            round 0 closes once every participant has them. Two instead of five made the
+            federation's first 10 to 20 trials better on smooth related sites and cost
+            rough 2-D ones and one-site federations at 30 (the README's value section).
         init_in_subregion: Draw the initial points in the assigned sub-region (distributed
             exploration) rather than in the whole domain (the other ablation of the appendix).
         initial_design: ``"space-filling"`` (default: a Latin hypercube per participant, from
