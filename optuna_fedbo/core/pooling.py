@@ -96,15 +96,13 @@ def _upper_triangle(n_features: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @functools.lru_cache(maxsize=8)
-def _symmetric_index(n_features: int) -> np.ndarray:
-    """For each entry of an ``n x n`` symmetric matrix (row-major), its position in the packed
-    upper triangle (read-only): the matrix is ``triangle[index].reshape(n, n)``."""
-    rows, columns = _upper_triangle(n_features)
-    index = np.empty((n_features, n_features), dtype=np.intp)
-    index[rows, columns] = index[columns, rows] = np.arange(rows.size)
-    index = index.reshape(-1)
-    index.flags.writeable = False
-    return index
+def _upper_mask(n_features: int) -> np.ndarray:
+    """Where an ``n x n`` matrix's upper triangle is (read-only): its entries, row-major, are
+    the packed triangle's, and so are its transpose's lower triangle's."""
+    mask = np.zeros((n_features, n_features), dtype=bool)
+    mask[_upper_triangle(n_features)] = True
+    mask.flags.writeable = False
+    return mask
 
 
 def pack(statistics: SufficientStatistics) -> np.ndarray:
@@ -145,10 +143,13 @@ def unpack(vector: np.ndarray, n_features: int, *, strict: bool = True) -> Suffi
     statistics.count = int(count) if strict else max(float(count), 1.0)  # type: ignore[assignment]
     statistics.target_sum = float(vector[1])
     statistics.target_square_sum = float(vector[2])
-    statistics.feature_sum = vector[3 : 3 + n_features].copy()
-    statistics.feature_target = vector[3 + n_features : 3 + 2 * n_features].copy()
-    triangle = vector[3 + 2 * n_features :]
-    statistics.gram = triangle.take(_symmetric_index(n_features)).reshape(n_features, n_features)
+    # Into the arrays the statistics start with (no copies: a pooled upload unpacks five
+    # blocks of up to a few hundred features each time its statistics change).
+    statistics.feature_sum[:] = vector[3 : 3 + n_features]
+    statistics.feature_target[:] = vector[3 + n_features : 3 + 2 * n_features]
+    triangle, upper = vector[3 + 2 * n_features :], _upper_mask(n_features)
+    statistics.gram[upper] = triangle
+    statistics.gram.T[upper] = triangle  # the lower triangle (the diagonal twice, the same)
     if strict:
         _check_consistent(statistics)
     return statistics
@@ -158,8 +159,8 @@ def _check_consistent(statistics: SufficientStatistics) -> None:
     """Raise ``ValueError`` unless observations on unit-norm features can give ``statistics``."""
     count = statistics.count
     slack = _TOLERANCE * count
-    diagonal = np.diag(statistics.gram)
-    if np.any(diagonal < -slack) or abs(float(diagonal.sum()) - count) > slack:
+    diagonal = statistics.gram.diagonal()
+    if diagonal.min() < -slack or abs(float(diagonal.sum()) - count) > slack:
         raise ValueError(
             "the feature Gram matrix is not that of unit-norm features (its trace must equal "
             "the observation count)"
@@ -173,7 +174,7 @@ def _check_consistent(statistics: SufficientStatistics) -> None:
         ("feature sums", statistics.feature_sum, math.sqrt(count)),
         ("feature-value sums", statistics.feature_target, math.sqrt(max(squares, 0.0))),
     ):
-        if np.any(np.abs(sums) > reach * bound * (1 + _TOLERANCE) + slack):
+        if (np.abs(sums) > reach * bound * (1 + _TOLERANCE) + slack).any():
             raise ValueError(f"the {name} exceed what observations on these features can give")
 
 
@@ -268,9 +269,10 @@ def pooled_posterior(
 
 def _weighted_sum(weights: np.ndarray, arrays: list[np.ndarray]) -> np.ndarray:
     """``sum(w * a for w, a in zip(weights, arrays))``, the same numbers, in one buffer."""
-    total = np.zeros_like(arrays[0], dtype=float)
-    scratch = np.empty_like(total)
-    for weight, array in zip(weights, arrays):
+    total = np.multiply(weights[0], arrays[0], dtype=float)
+    total += 0.0  # as 0 + w a (a zero's sign as there): the first term in place of zeros
+    scratch = np.empty_like(total) if len(arrays) > 1 else total
+    for weight, array in zip(weights[1:], arrays[1:]):
         total += np.multiply(weight, array, out=scratch)
     return total
 
@@ -331,17 +333,29 @@ class _PooledSums:
         """
         from scipy.linalg import lapack
 
-        gram, target, scales = self.system(offset_scale)
-        if scales is not None:
-            gram, target = gram * np.outer(scales, scales), target * scales
-        size = len(target)
-        diagonal = np.arange(size)
+        n_features, n_sites = self.feature_sums.shape
+        size = n_features if offset_scale <= 0 else n_features + n_sites
+        # system()'s matrix times the prior scales' outer product, written straight into one
+        # buffer in LAPACK's (Fortran) order, as are its values times the scales: the features'
+        # scale is 1, so only the offsets' rows and columns change (the same numbers as
+        # multiplying by the outer product, without its temporaries).
+        scaled = np.empty((size, size), order="F")
+        scaled[:n_features, :n_features] = self.gram
+        target = self.feature_target
+        if size > n_features:
+            scaled[:n_features, n_features:] = self.feature_sums * offset_scale
+            scaled[n_features:, :n_features] = scaled[:n_features, n_features:].T
+            scaled[n_features:, n_features:] = np.diag(self.counts * (offset_scale * offset_scale))
+            target = np.concatenate([target, self.target_sums * offset_scale])
+        precision = scaled if len(noise_variances) == 1 else np.empty_like(scaled, order="F")
+        diagonal = precision.T.reshape(-1)[:: size + 1]  # a view (Fortran order)
         evidences, means = [], []
         for noise_variance in noise_variances:
             if not noise_variance > 0:
                 raise ValueError(f"The noise variance must be positive, got {noise_variance}.")
-            precision = gram.copy()
-            precision[diagonal, diagonal] += noise_variance
+            if precision is not scaled:
+                np.copyto(precision, scaled)
+            diagonal += noise_variance
             cholesky, info = lapack.dpotrf(precision, lower=1, clean=0, overwrite_a=1)
             if info != 0:
                 raise np.linalg.LinAlgError(f"not positive definite (LAPACK info {info})")
@@ -352,8 +366,9 @@ class _PooledSums:
             )
             quadratic = (self.square_sum - float(scaled_mean @ target)) / noise_variance
             evidences.append(-0.5 * (quadratic + log_det + self.count * math.log(2.0 * math.pi)))
-            means.append(scaled_mean if scales is None else scaled_mean * scales)
-        return np.array(evidences), np.array(means)[:, : len(self.feature_target)]
+            # The features' scale is 1: their part of the mean is the scaled one.
+            means.append(scaled_mean[:n_features])
+        return np.array(evidences), np.array(means)
 
     def evidence_grid(
         self, noise_variances: tuple[float, ...], offset_scales: tuple[float, ...]
@@ -387,9 +402,11 @@ class _PooledSums:
         gram = self.gram.T
         diagonals = np.empty((len(noises), n_features))
         solved = np.empty((len(noises), n_features, 1 + schur_sites))
+        precision = np.empty_like(gram, order="F")  # one buffer, factorized in place
+        diagonal = precision.T.reshape(-1)[:: n_features + 1]  # a view
         for k, noise_variance in enumerate(noises):
-            precision = gram.copy(order="F")
-            precision.T.reshape(-1)[:: n_features + 1] += noise_variance
+            np.copyto(precision, gram)
+            diagonal += noise_variance
             cholesky, info = lapack.dpotrf(precision, lower=1, clean=0, overwrite_a=1)
             if info != 0:
                 raise np.linalg.LinAlgError(f"not positive definite (LAPACK info {info})")
