@@ -388,11 +388,9 @@ class _PooledSums:
         from scipy.linalg import lapack
 
         n_features, n_sites = self.feature_sums.shape
-        noises = np.array(noise_variances, dtype=float)
-        if not np.all(noises > 0):
-            raise ValueError(f"The noise variances must be positive, got {noise_variances}.")
-        scales = np.asarray(offset_scales, dtype=float)
-        positive = scales > 0
+        noises, log_noises, scales, positive = _grid_axes(
+            tuple(noise_variances), tuple(offset_scales)
+        )
         schur_sites = n_sites if n_sites <= n_features // 2 else 0
         # L^{-1} of the values' and the offsets' columns at once (Fortran order for LAPACK).
         columns = np.empty((n_features, 1 + schur_sites), order="F")
@@ -404,7 +402,7 @@ class _PooledSums:
         solved = np.empty((len(noises), n_features, 1 + schur_sites))
         precision = np.empty_like(gram, order="F")  # one buffer, factorized in place
         diagonal = precision.T.reshape(-1)[:: n_features + 1]  # a view
-        for k, noise_variance in enumerate(noises):
+        for k, noise_variance in enumerate(noise_variances):
             np.copyto(precision, gram)
             diagonal += noise_variance
             cholesky, info = lapack.dpotrf(precision, lower=1, clean=0, overwrite_a=1)
@@ -414,19 +412,19 @@ class _PooledSums:
             diagonals[k] = cholesky.diagonal()
         # Per noise variance: W^T W holds y^T K^{-1} y, the offsets' cross terms and their block.
         products = np.swapaxes(solved, 1, 2) @ solved
-        total_quadratics = np.empty((len(scales), len(noises)))
-        total_log_dets = np.empty((len(scales), len(noises)))
-        total_quadratics[:] = products[:, 0, 0]
-        total_log_dets[:] = 2.0 * np.log(diagonals).sum(axis=1)
+        # Each row (offset scale) starts from the features' own terms, then adds the offsets'.
+        total_quadratics = np.repeat(products[None, :, 0, 0], len(scales), axis=0)
+        total_log_dets = np.repeat((2.0 * np.log(diagonals).sum(axis=1))[None], len(scales), 0)
         sizes = np.full((len(scales), 1), n_features)
-        if positive.any() and schur_sites:
+        if len(positive) and schur_sites:
             # The offsets' Schur complements, every positive scale and noise variance at once.
             sizes[positive] += n_sites
-            squared = scales[positive, None] ** 2
-            cross = scales[positive, None, None] * (self.target_sums - products[:, 1:, 0])
+            with_offsets = scales[positive, None]
+            squared = with_offsets**2
+            cross = with_offsets[..., None] * (self.target_sums - products[:, 1:, 0])
             if n_sites == 1:  # a number each
                 schur = squared * (self.counts[0] - products[:, 1, 1]) + noises
-                if not np.all(schur > 0):
+                if not (schur > 0).all():
                     raise np.linalg.LinAlgError("not positive definite (offsets' complement)")
                 total_quadratics[positive] += cross[..., 0] ** 2 / schur
                 total_log_dets[positive] += np.log(schur)
@@ -440,12 +438,32 @@ class _PooledSums:
                 diagonal = np.diagonal(factors, axis1=-2, axis2=-1)
                 total_log_dets[positive] += 2.0 * np.log(diagonal).sum(axis=-1)
         quadratic = (self.square_sum - total_quadratics) / noises
-        log_det = (self.count - sizes) * np.log(noises) + total_log_dets
+        log_det = (self.count - sizes) * log_noises + total_log_dets
         grid = -0.5 * (quadratic + log_det + self.count * math.log(2.0 * math.pi))
         if not schur_sites:
-            for i in np.flatnonzero(positive):
+            for i in positive:
                 grid[i] = self.evidences(noise_variances, float(scales[i]))[0]
         return grid
+
+
+@functools.lru_cache(maxsize=8)
+def _grid_axes(
+    noise_variances: tuple[float, ...], offset_scales: tuple[float, ...]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(noise variances, their logarithms, offset scales, indices of the positive scales)``
+    of :meth:`_PooledSums.evidence_grid` as arrays (read-only), made once for each grid asked.
+
+    Raises:
+        ValueError: If a noise variance is not positive.
+    """
+    noises = np.array(noise_variances, dtype=float)
+    if not np.all(noises > 0):
+        raise ValueError(f"The noise variances must be positive, got {noise_variances}.")
+    scales = np.array(offset_scales, dtype=float)
+    axes = (noises, np.log(noises), scales, np.flatnonzero(scales > 0))
+    for array in axes:
+        array.flags.writeable = False
+    return axes
 
 
 class PoolingChoice(NamedTuple):
