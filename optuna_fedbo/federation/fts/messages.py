@@ -48,8 +48,9 @@ class Upload:
     Attributes:
         client_id: The participant.
         round: The round it was sent for.
-        omega: The vector ``omega_{n,t}`` of shape ``(M,)``; with ``aggregation="pooled"``, the
-            participant's statistics packed by :func:`optuna_fedbo.core.pooling.pack_blocks`.
+        omega: The vector ``omega_{n,t}`` of shape ``(M,)`` (read-only); with
+            ``aggregation="pooled"``, the participant's statistics packed by
+            :func:`optuna_fedbo.core.pooling.pack_blocks`.
         n_observations: Number of the participant's observations behind the draw.
         iteration: The participant's BO iteration ``t`` (``<= 0`` during the initial design).
         sent_at: Participant's clock at sending (informative only).
@@ -138,7 +139,8 @@ def _vector(
             raise UploadRejected(
                 f"malformed vector (declares {declared} values, carries {len(tail)} bytes)"
             )
-        return np.frombuffer(tail, dtype="<f8").astype(float)
+        # Read-only, over the frame's bytes (a copy only where float64 is not little-endian).
+        return np.frombuffer(tail, dtype="<f8").astype(float, copy=False)
     if "length" in record or tail:
         raise UploadRejected("an upload has either a vector or 'same_as', not both")
     if held is None or record["same_as"] != held[0]:
