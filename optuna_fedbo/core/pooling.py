@@ -97,8 +97,7 @@ def _upper_triangle(n_features: int) -> tuple[np.ndarray, np.ndarray]:
 
 @functools.lru_cache(maxsize=8)
 def _upper_mask(n_features: int) -> np.ndarray:
-    """Where an ``n x n`` matrix's upper triangle is (read-only): its entries, row-major, are
-    the packed triangle's, and so are its transpose's lower triangle's."""
+    """Where an ``n x n`` matrix's upper triangle is, row-major as packed (read-only)."""
     mask = np.zeros((n_features, n_features), dtype=bool)
     mask[_upper_triangle(n_features)] = True
     mask.flags.writeable = False
@@ -143,9 +142,7 @@ def unpack(vector: np.ndarray, n_features: int, *, strict: bool = True) -> Suffi
     statistics.count = int(count) if strict else max(float(count), 1.0)  # type: ignore[assignment]
     statistics.target_sum = float(vector[1])
     statistics.target_square_sum = float(vector[2])
-    # Into the arrays the statistics start with (no copies: a pooled upload unpacks five
-    # blocks of up to a few hundred features each time its statistics change).
-    statistics.feature_sum[:] = vector[3 : 3 + n_features]
+    statistics.feature_sum[:] = vector[3 : 3 + n_features]  # into its own arrays, no copies
     statistics.feature_target[:] = vector[3 + n_features : 3 + 2 * n_features]
     triangle, upper = vector[3 + 2 * n_features :], _upper_mask(n_features)
     statistics.gram[upper] = triangle
@@ -335,10 +332,8 @@ class _PooledSums:
 
         n_features, n_sites = self.feature_sums.shape
         size = n_features if offset_scale <= 0 else n_features + n_sites
-        # system()'s matrix times the prior scales' outer product, written straight into one
-        # buffer in LAPACK's (Fortran) order, as are its values times the scales: the features'
-        # scale is 1, so only the offsets' rows and columns change (the same numbers as
-        # multiplying by the outer product, without its temporaries).
+        # system()'s matrix and values times the prior scales, in one Fortran-order buffer: the
+        # features' scale is 1, so only the offsets' rows change (the same numbers).
         scaled = np.empty((size, size), order="F")
         scaled[:n_features, :n_features] = self.gram
         target = self.feature_target
@@ -366,8 +361,7 @@ class _PooledSums:
             )
             quadratic = (self.square_sum - float(scaled_mean @ target)) / noise_variance
             evidences.append(-0.5 * (quadratic + log_det + self.count * math.log(2.0 * math.pi)))
-            # The features' scale is 1: their part of the mean is the scaled one.
-            means.append(scaled_mean[:n_features])
+            means.append(scaled_mean[:n_features])  # the features' scale is 1
         return np.array(evidences), np.array(means)
 
     def evidence_grid(
@@ -412,7 +406,6 @@ class _PooledSums:
             diagonals[k] = cholesky.diagonal()
         # Per noise variance: W^T W holds y^T K^{-1} y, the offsets' cross terms and their block.
         products = np.swapaxes(solved, 1, 2) @ solved
-        # Each row (offset scale) starts from the features' own terms, then adds the offsets'.
         total_quadratics = np.repeat(products[None, :, 0, 0], len(scales), axis=0)
         total_log_dets = np.repeat((2.0 * np.log(diagonals).sum(axis=1))[None], len(scales), 0)
         sizes = np.full((len(scales), 1), n_features)
@@ -447,20 +440,12 @@ class _PooledSums:
 
 
 @functools.lru_cache(maxsize=8)
-def _grid_axes(
-    noise_variances: tuple[float, ...], offset_scales: tuple[float, ...]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(noise variances, their logarithms, offset scales, indices of the positive scales)``
-    of :meth:`_PooledSums.evidence_grid` as arrays (read-only), made once for each grid asked.
-
-    Raises:
-        ValueError: If a noise variance is not positive.
-    """
-    noises = np.array(noise_variances, dtype=float)
-    if not np.all(noises > 0):
-        raise ValueError(f"The noise variances must be positive, got {noise_variances}.")
-    scales = np.array(offset_scales, dtype=float)
-    axes = (noises, np.log(noises), scales, np.flatnonzero(scales > 0))
+def _grid_axes(noises: tuple[float, ...], scales: tuple[float, ...]) -> tuple[np.ndarray, ...]:
+    """The grid's noises, their logs, its scales and the positive ones' indices (read-only)."""
+    noise_array, scale_array = np.array(noises, dtype=float), np.array(scales, dtype=float)
+    if not np.all(noise_array > 0):
+        raise ValueError(f"The noise variances must be positive, got {noises}.")
+    axes = (noise_array, np.log(noise_array), scale_array, np.flatnonzero(scale_array > 0))
     for array in axes:
         array.flags.writeable = False
     return axes
