@@ -96,15 +96,12 @@ def _upper_triangle(n_features: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @functools.lru_cache(maxsize=8)
-def _symmetric_index(n_features: int) -> np.ndarray:
-    """For each entry of an ``n x n`` symmetric matrix (row-major), its position in the packed
-    upper triangle (read-only): the matrix is ``triangle[index].reshape(n, n)``."""
-    rows, columns = _upper_triangle(n_features)
-    index = np.empty((n_features, n_features), dtype=np.intp)
-    index[rows, columns] = index[columns, rows] = np.arange(rows.size)
-    index = index.reshape(-1)
-    index.flags.writeable = False
-    return index
+def _upper_mask(n_features: int) -> np.ndarray:
+    """Where an ``n x n`` matrix's upper triangle is, row-major as packed (read-only)."""
+    mask = np.zeros((n_features, n_features), dtype=bool)
+    mask[_upper_triangle(n_features)] = True
+    mask.flags.writeable = False
+    return mask
 
 
 def pack(statistics: SufficientStatistics) -> np.ndarray:
@@ -145,10 +142,11 @@ def unpack(vector: np.ndarray, n_features: int, *, strict: bool = True) -> Suffi
     statistics.count = int(count) if strict else max(float(count), 1.0)  # type: ignore[assignment]
     statistics.target_sum = float(vector[1])
     statistics.target_square_sum = float(vector[2])
-    statistics.feature_sum = vector[3 : 3 + n_features].copy()
-    statistics.feature_target = vector[3 + n_features : 3 + 2 * n_features].copy()
-    triangle = vector[3 + 2 * n_features :]
-    statistics.gram = triangle.take(_symmetric_index(n_features)).reshape(n_features, n_features)
+    statistics.feature_sum[:] = vector[3 : 3 + n_features]  # into its own arrays, no copies
+    statistics.feature_target[:] = vector[3 + n_features : 3 + 2 * n_features]
+    triangle, upper = vector[3 + 2 * n_features :], _upper_mask(n_features)
+    statistics.gram[upper] = triangle
+    statistics.gram.T[upper] = triangle  # the lower triangle (the diagonal twice, the same)
     if strict:
         _check_consistent(statistics)
     return statistics
@@ -158,8 +156,8 @@ def _check_consistent(statistics: SufficientStatistics) -> None:
     """Raise ``ValueError`` unless observations on unit-norm features can give ``statistics``."""
     count = statistics.count
     slack = _TOLERANCE * count
-    diagonal = np.diag(statistics.gram)
-    if np.any(diagonal < -slack) or abs(float(diagonal.sum()) - count) > slack:
+    diagonal = statistics.gram.diagonal()
+    if diagonal.min() < -slack or abs(float(diagonal.sum()) - count) > slack:
         raise ValueError(
             "the feature Gram matrix is not that of unit-norm features (its trace must equal "
             "the observation count)"
@@ -173,7 +171,7 @@ def _check_consistent(statistics: SufficientStatistics) -> None:
         ("feature sums", statistics.feature_sum, math.sqrt(count)),
         ("feature-value sums", statistics.feature_target, math.sqrt(max(squares, 0.0))),
     ):
-        if np.any(np.abs(sums) > reach * bound * (1 + _TOLERANCE) + slack):
+        if (np.abs(sums) > reach * bound * (1 + _TOLERANCE) + slack).any():
             raise ValueError(f"the {name} exceed what observations on these features can give")
 
 
@@ -268,9 +266,10 @@ def pooled_posterior(
 
 def _weighted_sum(weights: np.ndarray, arrays: list[np.ndarray]) -> np.ndarray:
     """``sum(w * a for w, a in zip(weights, arrays))``, the same numbers, in one buffer."""
-    total = np.zeros_like(arrays[0], dtype=float)
-    scratch = np.empty_like(total)
-    for weight, array in zip(weights, arrays):
+    total = np.multiply(weights[0], arrays[0], dtype=float)
+    total += 0.0  # as 0 + w a (a zero's sign as there): the first term in place of zeros
+    scratch = np.empty_like(total) if len(arrays) > 1 else total
+    for weight, array in zip(weights[1:], arrays[1:]):
         total += np.multiply(weight, array, out=scratch)
     return total
 
@@ -331,17 +330,27 @@ class _PooledSums:
         """
         from scipy.linalg import lapack
 
-        gram, target, scales = self.system(offset_scale)
-        if scales is not None:
-            gram, target = gram * np.outer(scales, scales), target * scales
-        size = len(target)
-        diagonal = np.arange(size)
+        n_features, n_sites = self.feature_sums.shape
+        size = n_features if offset_scale <= 0 else n_features + n_sites
+        # system()'s matrix and values times the prior scales, in one Fortran-order buffer: the
+        # features' scale is 1, so only the offsets' rows change (the same numbers).
+        scaled = np.empty((size, size), order="F")
+        scaled[:n_features, :n_features] = self.gram
+        target = self.feature_target
+        if size > n_features:
+            scaled[:n_features, n_features:] = self.feature_sums * offset_scale
+            scaled[n_features:, :n_features] = scaled[:n_features, n_features:].T
+            scaled[n_features:, n_features:] = np.diag(self.counts * (offset_scale * offset_scale))
+            target = np.concatenate([target, self.target_sums * offset_scale])
+        precision = scaled if len(noise_variances) == 1 else np.empty_like(scaled, order="F")
+        diagonal = precision.T.reshape(-1)[:: size + 1]  # a view (Fortran order)
         evidences, means = [], []
         for noise_variance in noise_variances:
             if not noise_variance > 0:
                 raise ValueError(f"The noise variance must be positive, got {noise_variance}.")
-            precision = gram.copy()
-            precision[diagonal, diagonal] += noise_variance
+            if precision is not scaled:
+                np.copyto(precision, scaled)
+            diagonal += noise_variance
             cholesky, info = lapack.dpotrf(precision, lower=1, clean=0, overwrite_a=1)
             if info != 0:
                 raise np.linalg.LinAlgError(f"not positive definite (LAPACK info {info})")
@@ -352,8 +361,8 @@ class _PooledSums:
             )
             quadratic = (self.square_sum - float(scaled_mean @ target)) / noise_variance
             evidences.append(-0.5 * (quadratic + log_det + self.count * math.log(2.0 * math.pi)))
-            means.append(scaled_mean if scales is None else scaled_mean * scales)
-        return np.array(evidences), np.array(means)[:, : len(self.feature_target)]
+            means.append(scaled_mean[:n_features])  # the features' scale is 1
+        return np.array(evidences), np.array(means)
 
     def evidence_grid(
         self, noise_variances: tuple[float, ...], offset_scales: tuple[float, ...]
@@ -373,11 +382,9 @@ class _PooledSums:
         from scipy.linalg import lapack
 
         n_features, n_sites = self.feature_sums.shape
-        noises = np.array(noise_variances, dtype=float)
-        if not np.all(noises > 0):
-            raise ValueError(f"The noise variances must be positive, got {noise_variances}.")
-        scales = np.asarray(offset_scales, dtype=float)
-        positive = scales > 0
+        noises, log_noises, scales, positive = _grid_axes(
+            tuple(noise_variances), tuple(offset_scales)
+        )
         schur_sites = n_sites if n_sites <= n_features // 2 else 0
         # L^{-1} of the values' and the offsets' columns at once (Fortran order for LAPACK).
         columns = np.empty((n_features, 1 + schur_sites), order="F")
@@ -387,9 +394,11 @@ class _PooledSums:
         gram = self.gram.T
         diagonals = np.empty((len(noises), n_features))
         solved = np.empty((len(noises), n_features, 1 + schur_sites))
-        for k, noise_variance in enumerate(noises):
-            precision = gram.copy(order="F")
-            precision.T.reshape(-1)[:: n_features + 1] += noise_variance
+        precision = np.empty_like(gram, order="F")  # one buffer, factorized in place
+        diagonal = precision.T.reshape(-1)[:: n_features + 1]  # a view
+        for k, noise_variance in enumerate(noise_variances):
+            np.copyto(precision, gram)
+            diagonal += noise_variance
             cholesky, info = lapack.dpotrf(precision, lower=1, clean=0, overwrite_a=1)
             if info != 0:
                 raise np.linalg.LinAlgError(f"not positive definite (LAPACK info {info})")
@@ -397,19 +406,18 @@ class _PooledSums:
             diagonals[k] = cholesky.diagonal()
         # Per noise variance: W^T W holds y^T K^{-1} y, the offsets' cross terms and their block.
         products = np.swapaxes(solved, 1, 2) @ solved
-        total_quadratics = np.empty((len(scales), len(noises)))
-        total_log_dets = np.empty((len(scales), len(noises)))
-        total_quadratics[:] = products[:, 0, 0]
-        total_log_dets[:] = 2.0 * np.log(diagonals).sum(axis=1)
+        total_quadratics = np.repeat(products[None, :, 0, 0], len(scales), axis=0)
+        total_log_dets = np.repeat((2.0 * np.log(diagonals).sum(axis=1))[None], len(scales), 0)
         sizes = np.full((len(scales), 1), n_features)
-        if positive.any() and schur_sites:
+        if len(positive) and schur_sites:
             # The offsets' Schur complements, every positive scale and noise variance at once.
             sizes[positive] += n_sites
-            squared = scales[positive, None] ** 2
-            cross = scales[positive, None, None] * (self.target_sums - products[:, 1:, 0])
+            with_offsets = scales[positive, None]
+            squared = with_offsets**2
+            cross = with_offsets[..., None] * (self.target_sums - products[:, 1:, 0])
             if n_sites == 1:  # a number each
                 schur = squared * (self.counts[0] - products[:, 1, 1]) + noises
-                if not np.all(schur > 0):
+                if not (schur > 0).all():
                     raise np.linalg.LinAlgError("not positive definite (offsets' complement)")
                 total_quadratics[positive] += cross[..., 0] ** 2 / schur
                 total_log_dets[positive] += np.log(schur)
@@ -423,12 +431,24 @@ class _PooledSums:
                 diagonal = np.diagonal(factors, axis1=-2, axis2=-1)
                 total_log_dets[positive] += 2.0 * np.log(diagonal).sum(axis=-1)
         quadratic = (self.square_sum - total_quadratics) / noises
-        log_det = (self.count - sizes) * np.log(noises) + total_log_dets
+        log_det = (self.count - sizes) * log_noises + total_log_dets
         grid = -0.5 * (quadratic + log_det + self.count * math.log(2.0 * math.pi))
         if not schur_sites:
-            for i in np.flatnonzero(positive):
+            for i in positive:
                 grid[i] = self.evidences(noise_variances, float(scales[i]))[0]
         return grid
+
+
+@functools.lru_cache(maxsize=8)
+def _grid_axes(noises: tuple[float, ...], scales: tuple[float, ...]) -> tuple[np.ndarray, ...]:
+    """The grid's noises, their logs, its scales and the positive ones' indices (read-only)."""
+    noise_array, scale_array = np.array(noises, dtype=float), np.array(scales, dtype=float)
+    if not np.all(noise_array > 0):
+        raise ValueError(f"The noise variances must be positive, got {noises}.")
+    axes = (noise_array, np.log(noise_array), scale_array, np.flatnonzero(scale_array > 0))
+    for array in axes:
+        array.flags.writeable = False
+    return axes
 
 
 class PoolingChoice(NamedTuple):

@@ -48,8 +48,9 @@ class Upload:
     Attributes:
         client_id: The participant.
         round: The round it was sent for.
-        omega: The vector ``omega_{n,t}`` of shape ``(M,)``; with ``aggregation="pooled"``, the
-            participant's statistics packed by :func:`optuna_fedbo.core.pooling.pack_blocks`.
+        omega: The vector ``omega_{n,t}`` of shape ``(M,)`` (read-only); with
+            ``aggregation="pooled"``, the participant's statistics packed by
+            :func:`optuna_fedbo.core.pooling.pack_blocks`.
         n_observations: Number of the participant's observations behind the draw.
         iteration: The participant's BO iteration ``t`` (``<= 0`` during the initial design).
         sent_at: Participant's clock at sending (informative only).
@@ -138,7 +139,8 @@ def _vector(
             raise UploadRejected(
                 f"malformed vector (declares {declared} values, carries {len(tail)} bytes)"
             )
-        return np.frombuffer(tail, dtype="<f8").astype(float)
+        # Read-only, over the frame's bytes (a copy only where float64 is not little-endian).
+        return np.frombuffer(tail, dtype="<f8").astype(float, copy=False)
     if "length" in record or tail:
         raise UploadRejected("an upload has either a vector or 'same_as', not both")
     if held is None or record["same_as"] != held[0]:
@@ -167,7 +169,8 @@ def parse_upload(
         config_hash: The federation's configuration hash.
         length: The vectors' length.
         held: ``(digest, vector)`` of the newest vector the server holds from ``client_id``,
-            which an upload may name by its digest (``same_as``); ``None``: none.
+            which an upload may name by its digest (``same_as``); ``None``: none. The vector
+            must be one this function returned (its values are not checked again).
 
     Raises:
         UploadRejected: With the reason, if the upload must not be aggregated.
@@ -194,13 +197,15 @@ def parse_upload(
     omega = _vector(record, tail, held)
     if omega.shape != (length,):
         raise UploadRejected(f"vector of shape {omega.shape}, expected ({length},)")
-    if not np.all(np.isfinite(omega)):
-        raise UploadRejected("vector contains NaN or infinity")
-    if np.max(np.abs(omega), initial=0.0) > MAX_ABS_VALUE:
-        raise UploadRejected(
-            f"vector has an absurd value (|value| up to {np.max(np.abs(omega)):.3g} > "
-            f"{MAX_ABS_VALUE:g})"
-        )
+    if held is None or omega is not held[1]:  # the held vector passed these when it came
+        # One pass: the largest magnitude is NaN or infinite if any value is.
+        largest = float(np.max(np.abs(omega), initial=0.0))
+        if not math.isfinite(largest):
+            raise UploadRejected("vector contains NaN or infinity")
+        if largest > MAX_ABS_VALUE:
+            raise UploadRejected(
+                f"vector has an absurd value (|value| up to {largest:.3g} > {MAX_ABS_VALUE:g})"
+            )
     sent_at = record.get("sent_at")
     if isinstance(sent_at, bool) or not isinstance(sent_at, (int, float)):
         raise UploadRejected(f"field 'sent_at' must be a number, got {sent_at!r}")
