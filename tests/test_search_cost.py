@@ -29,6 +29,7 @@ from optuna_fedbo.core.gp_fit import fit_gp
 from optuna_fedbo.core.gp_fit import log_posterior_and_grad
 from optuna_fedbo.core.space import Box
 from optuna_fedbo.core.warping import TailWarp
+from optuna_fedbo.core.warping import WarpedFunction
 
 
 def matern52_derivative(squared_distance: np.ndarray) -> np.ndarray:
@@ -283,3 +284,60 @@ def test_the_fit_objective_is_bit_for_bit_the_plain_formula() -> None:
             want_value, want_grad = _reference_log_posterior(raw, sq, targets, 1e-6)
             assert value == want_value and np.array_equal(grad, want_grad)
             assert log_posterior_and_grad(raw, sq, targets, 1e-6, with_grad=False)[0] == value
+
+
+class _Affine:
+    """``x -> x @ a + b`` with its gradient (an acquisition-like function)."""
+
+    def __init__(self, a: np.ndarray, b: float) -> None:
+        self._a, self._b = a, b
+
+    def values(self, x: np.ndarray) -> np.ndarray:
+        return x @ self._a + self._b
+
+    def values_and_grads(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.values(x), np.tile(self._a, (len(x), 1))
+
+
+def test_a_warped_function_without_a_tail_has_the_general_paths_numbers() -> None:
+    rng = np.random.default_rng(8)
+    warp = TailWarp(rng.standard_normal(30))
+    x = rng.uniform(size=(9, 3))
+    for offset in (warp.threshold + 5.0, warp.threshold - 0.5, warp.threshold - 9.0):
+        function = _Affine(rng.standard_normal(3), offset)
+        values, grads = WarpedFunction(function, warp).values_and_grads(x)
+        inner_values, inner_grads = function.values_and_grads(x)
+        warped, slope = warp.with_derivative(inner_values)
+        assert np.array_equal(values, warped)
+        assert np.array_equal(grads, slope[:, None] * inner_grads)
+    empty = WarpedFunction(_Affine(np.ones(3), 0.0), warp).values_and_grads(np.zeros((0, 3)))
+    assert empty[0].shape == (0,) and empty[1].shape == (0, 3)
+
+
+class _FixedPosterior:
+    """A stand-in GP whose standardized posterior is given."""
+
+    has_prior_mean = False
+    offset, scale = 0.3, 2.0
+
+    def __init__(self, variance: np.ndarray, variance_grad: np.ndarray) -> None:
+        self._variance, self._variance_grad = variance, variance_grad
+
+    def standardized_posterior(
+        self, x: np.ndarray, *, with_grads: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return np.zeros(len(x)), self._variance, np.ones_like(x), self._variance_grad
+
+
+def test_the_std_gradient_is_zero_exactly_where_the_variance_is_floored() -> None:
+    rng = np.random.default_rng(9)
+    variance_grad = rng.standard_normal((5, 2))
+    for variance in (rng.uniform(0.1, 1.0, 5), np.array([0.5, 0.0, 1e-13, 0.2, 1e-12])):
+        gp = _FixedPosterior(variance, variance_grad)
+        _, std, _, std_grad = LogExpectedImprovement(gp, 0.0)._posterior(  # type: ignore[arg-type]
+            np.zeros((5, 2)), with_grads=True
+        )
+        floored = (variance > 1e-12)[:, None]
+        want = np.where(floored, variance_grad, 0.0) / (2.0 * std[:, None])
+        assert np.array_equal(std_grad, want)
+        assert np.all(std_grad[~floored[:, 0]] == 0.0)
