@@ -110,6 +110,16 @@ def test_blocks_round_trip_and_have_the_announced_length() -> None:
         np.testing.assert_allclose(block.gram, _statistics(features, x, y).gram, atol=1e-12)
 
 
+def test_pack_holds_the_upper_triangle_row_by_row_and_unpacks_bit_for_bit() -> None:
+    features = RandomFourierFeatures(2, 7, 0.3, seed=4)
+    x, y = _data(3)
+    statistics = _statistics(features, x, y)
+    vector = pack(statistics)
+    rows, columns = np.triu_indices(7)
+    assert np.array_equal(vector[3 + 2 * 7 :], statistics.gram[rows, columns])
+    assert np.array_equal(unpack(vector, 7).gram, statistics.gram)
+
+
 @pytest.mark.parametrize(
     ("tamper", "reason"),
     [

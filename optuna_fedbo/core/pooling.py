@@ -107,15 +107,24 @@ def _symmetric_index(n_features: int) -> np.ndarray:
     return index
 
 
+@functools.lru_cache(maxsize=8)
+def _upper_mask(n_features: int) -> np.ndarray:
+    """The upper triangle of an ``n x n`` matrix as a boolean mask (read-only): indexing with
+    it picks the entries of :func:`_upper_triangle` in the same (row-major) order, about four
+    times faster than with the index pairs."""
+    mask = np.triu(np.ones((n_features, n_features), dtype=bool))
+    mask.flags.writeable = False
+    return mask
+
+
 def pack(statistics: SufficientStatistics) -> np.ndarray:
     """``statistics`` as one flat vector (read back with :func:`unpack`)."""
-    rows, columns = _upper_triangle(statistics.n_features)
     return np.concatenate(
         [
             [float(statistics.count), statistics.target_sum, statistics.target_square_sum],
             statistics.feature_sum,
             statistics.feature_target,
-            statistics.gram[rows, columns],
+            statistics.gram[_upper_mask(statistics.n_features)],
         ]
     )
 
