@@ -7,6 +7,7 @@ import pytest
 
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.core.rff import RandomFourierFeatures
+from optuna_fedbo.samplers._fts_upload import with_trial
 from optuna_fedbo.samplers._observations import TrialObservations
 from optuna_fedbo.search_space import SearchSpaceEncoder
 
@@ -110,3 +111,49 @@ def test_a_trial_that_shows_up_late_before_finished_ones_is_still_added() -> Non
     observations.update(study)  # type: ignore[arg-type]
     assert observations.count == 5 and all(observations.includes(k) for k in range(5))
     np.testing.assert_array_equal(observations.targets, [0.0, 1.0, 3.0, 2.0, 4.0])
+
+
+def _same_statistics(a: SufficientStatistics, b: SufficientStatistics) -> bool:
+    return (
+        np.array_equal(a.gram, b.gram)
+        and np.array_equal(a.feature_sum, b.feature_sum)
+        and np.array_equal(a.feature_target, b.feature_target)
+        and (a.target_sum, a.target_square_sum, a.count)
+        == (b.target_sum, b.target_square_sum, b.count)
+    )
+
+
+def test_statistics_an_upload_computed_with_the_finishing_trial_are_kept(monkeypatch) -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="minimize")
+    observations, reference = _observations(), _observations()  # the latter adds every trial
+    for x in (0.1, 0.5, 0.8):
+        study.tell(_ask(study, x), x * x)
+    observations.update(study)
+    reference.update(study)
+    maps, encoder = observations.feature_maps, observations.encoder
+    adds = []
+    original_add = SufficientStatistics.add
+
+    def counted(self: SufficientStatistics, *args: object) -> None:
+        adds.append(1)
+        original_add(self, *args)
+
+    monkeypatch.setattr(SufficientStatistics, "add", counted)
+    for kept_target, other_trial_first in ((-2.5, False), (-9.0, False), (-2.5, True)):
+        trial = _ask(study, 0.37)
+        frozen = study._storage.get_trial(trial._trial_id)
+        added = with_trial(observations.statistics, maps, encoder, frozen, -2.5)
+        observations.expect(observations.version, frozen, kept_target, added)
+        if other_trial_first:  # the statistics change before the trial is added
+            study.tell(_ask(study, 0.9), 0.3)
+            observations.update(study)
+            reference.update(study)
+        adds.clear()
+        study.tell(trial, 2.5)  # minimized: the target is -2.5
+        observations.update(study)
+        reused = kept_target == -2.5 and not other_trial_first
+        assert (len(adds) == 0) == reused  # the kept statistics, not added again
+        assert all((a is b) == reused for a, b in zip(observations.statistics, added))
+        reference.update(study)
+        assert all(map(_same_statistics, observations.statistics, reference.statistics))

@@ -110,6 +110,16 @@ def test_blocks_round_trip_and_have_the_announced_length() -> None:
         np.testing.assert_allclose(block.gram, _statistics(features, x, y).gram, atol=1e-12)
 
 
+def test_pack_holds_the_upper_triangle_row_by_row_and_unpacks_bit_for_bit() -> None:
+    features = RandomFourierFeatures(2, 7, 0.3, seed=4)
+    x, y = _data(3)
+    statistics = _statistics(features, x, y)
+    vector = pack(statistics)
+    rows, columns = np.triu_indices(7)
+    assert np.array_equal(vector[3 + 2 * 7 :], statistics.gram[rows, columns])
+    assert np.array_equal(unpack(vector, 7).gram, statistics.gram)
+
+
 @pytest.mark.parametrize(
     ("tamper", "reason"),
     [
@@ -563,3 +573,42 @@ def test_a_pooled_broadcast_on_a_single_scale_block_guides_the_participant() -> 
     first = np.array([[late.trials[0].params["x"], late.trials[0].params["y"]]])
     values = g(grid) @ broadcast.vectors[0]
     assert (g(first) @ broadcast.vectors[0])[0] >= values.max() - 1e-3
+
+
+def test_a_pooled_participant_keeps_the_statistics_its_uploads_computed(monkeypatch) -> None:
+    """The statistics an upload computed with the finishing trial become the participant's
+    when that trial comes in (instead of adding it again): the same numbers as adding every
+    trial as it comes."""
+    from optuna_fedbo.samplers._observations import TrialObservations
+
+    kept = []
+    expect = TrialObservations.expect
+
+    def counted(self, version, trial, target, statistics):  # noqa: ANN001, ANN202
+        kept.append(trial.number)
+        expect(self, version, trial, target, statistics)
+
+    monkeypatch.setattr(TrialObservations, "expect", counted)
+    fed = _federation(n_clients=1, n_init=2)
+    server = FederationServer(fed)
+    sampler = FedTransferSampler(fed, "c0", seed=0)
+    study = optuna.create_study(sampler=sampler)
+    for _ in range(16):
+        study.optimize(
+            lambda t: (t.suggest_float("x", 0, 1) - 0.3) ** 2 + t.suggest_float("y", 0, 1), 1
+        )
+        server.step(force=True)
+    assert kept[:11] == list(range(11)) and len(kept) < 16  # fresh statistics, then fewer
+    reference = TrialObservations(sampler._encoder, sampler._feature_maps)
+    for trial in study.trials[:15]:  # one at a time, as they came in (the last is not in yet)
+        reference._add([trial], study.direction)
+    for a, b in zip(sampler._observations.statistics, reference.statistics):
+        assert np.array_equal(a.gram, b.gram) and np.array_equal(
+            a.feature_target, b.feature_target
+        )
+        assert np.array_equal(a.feature_sum, b.feature_sum)
+        assert (a.count, a.target_sum, a.target_square_sum) == (
+            b.count,
+            b.target_sum,
+            b.target_square_sum,
+        )

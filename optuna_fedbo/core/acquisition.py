@@ -16,6 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from optuna_fedbo.core.gp_fit import MAX_GP_POINTS
+from optuna_fedbo.core.lbfgsb import minimize_in_box
 from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.rff import RandomFourierFeatures
 from optuna_fedbo.core.space import Box
@@ -318,8 +319,6 @@ def _refine(
     scales: np.ndarray,
 ) -> np.ndarray:
     """One L-BFGS-B run over the free columns of all starts at once, in ``x / scales``."""
-    import scipy.optimize
-
     n_starts = len(starts)
     fixed = starts.copy()
     all_free, negative_scales = bool(np.all(free)), -scales
@@ -334,25 +333,19 @@ def _refine(
         return -float(values.sum()), -(grads[:, free] * scales).ravel()
 
     low, high = box.low[free] / scales, box.high[free] / scales
-    bounds = list(zip(np.tile(low, n_starts), np.tile(high, n_starts)))
     # Each start's projected gradient below 1e-2 (GPSampler's tolerance): at 50 observations
     # (4-D, LogEI, 4 starts) 10 evaluations instead of 17, the same maximum to 1e-5.
-    result = scipy.optimize.minimize(
+    x, _ = minimize_in_box(
         negative_total,
         (starts[:, free] / scales).ravel(),
-        jac=True,
-        method="L-BFGS-B",
-        bounds=bounds,
-        options={
-            "maxiter": max_iterations,
-            "gtol": REFINE_GTOL,
-            "maxls": REFINE_MAX_LINE_SEARCH,
-        },
+        np.tile(low, n_starts),
+        np.tile(high, n_starts),
+        max_iterations=max_iterations,
+        gtol=REFINE_GTOL,
+        max_line_search=REFINE_MAX_LINE_SEARCH,
     )
     points = fixed.copy()
-    points[:, free] = np.clip(
-        result.x.reshape(n_starts, -1) * scales, box.low[free], box.high[free]
-    )
+    points[:, free] = np.clip(x.reshape(n_starts, -1) * scales, box.low[free], box.high[free])
     return points
 
 

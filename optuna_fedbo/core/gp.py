@@ -507,7 +507,9 @@ def standardization(
     """The constant (:data:`CONSTANT_MEANS`) and the scale of the residuals (the scale of ``y``,
     else 1, when they are constant)."""
     offset = float(np.mean(residual) if constant_mean == "mean" else np.min(residual))
-    for candidate in (float(np.std(residual)), float(np.std(y))):
-        if candidate > 1e-12 * max(1.0, float(np.max(np.abs(y)))):
-            return offset, candidate
-    return offset, 1.0
+    floor = 1e-12 * max(1.0, float(np.max(np.abs(y))))
+    scale = float(np.std(residual))
+    if scale > floor:
+        return offset, scale
+    scale = float(np.std(y))  # only when needed: a GP is conditioned once or twice per trial
+    return offset, scale if scale > floor else 1.0

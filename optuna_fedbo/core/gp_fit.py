@@ -35,18 +35,24 @@ from optuna_fedbo.core.gp import SIGNAL_PRIOR_STD
 from optuna_fedbo.core.gp import squared_differences
 from optuna_fedbo.core.gp import standardization
 from optuna_fedbo.core.gp import validate_data
+from optuna_fedbo.core.lbfgsb import minimize_in_box
 from optuna_fedbo.core.threads import one_blas_thread
 
 
 def _log_prior_and_grad(raw: np.ndarray, minimum_noise: float) -> tuple[float, np.ndarray]:
     n_columns = len(raw) - 2
     centre = math.log(lengthscale_prior_median(n_columns))
-    grad = np.zeros_like(raw)
-    dev = (raw[:n_columns] - centre) / LENGTHSCALE_PRIOR_STD
+    grad = np.empty_like(raw)
+    deviation = raw[:n_columns] - centre
+    dev = deviation / LENGTHSCALE_PRIOR_STD
     # The long tail: -a (l / m)^2, whose derivative in log l is -2 a (l / m)^2.
-    tail = LENGTHSCALE_TAIL_WEIGHT * np.exp(2.0 * (raw[:n_columns] - centre))
+    deviation *= 2.0
+    tail = np.exp(deviation, out=deviation)
+    tail *= LENGTHSCALE_TAIL_WEIGHT
     value = -0.5 * float(dev @ dev) - float(tail.sum())
-    grad[:n_columns] = -dev / LENGTHSCALE_PRIOR_STD - 2.0 * tail
+    dev /= -LENGTHSCALE_PRIOR_STD
+    tail *= 2.0
+    grad[:n_columns] = np.subtract(dev, tail, out=dev)
     value -= 0.5 * (raw[-2] / SIGNAL_PRIOR_STD) ** 2
     grad[-2] = -raw[-2] / SIGNAL_PRIOR_STD**2
     excess = math.exp(raw[-1])
@@ -77,16 +83,23 @@ def log_posterior_and_grad(
         ``(value, gradient)``; ``(-inf, zeros)`` where the kernel matrix is not positive
         definite.
     """
+    # The numbers of KernelParams.from_raw, without its checks (a fit evaluates this a few
+    # dozen times per trial, on a few dozen points, where array overheads are the cost).
     n, _, n_columns = sq_diff.shape
-    params = KernelParams.from_raw(raw, minimum_noise)
-    inv_l2 = params.lengthscales**-2
+    lengthscales = np.exp(raw[:-2])
+    signal_variance = math.exp(raw[-2])
+    noise_variance = minimum_noise + math.exp(raw[-1])
+    if not (lengthscales.min() > 0.0 and lengthscales.max() < math.inf and signal_variance > 0):
+        raise ValueError("Lengthscales and the signal variance must be positive and finite.")
+    inv_l2 = lengthscales**-2
     sq = sq_diff @ inv_l2
     if with_grad:
-        correlation, derivative = matern52_with_derivative(sq)
+        gram, derivative = matern52_with_derivative(sq)
     else:
-        correlation, derivative = matern52(sq), None
-    gram = params.signal_variance * correlation
-    gram[np.diag_indices(n)] += params.noise_variance
+        gram, derivative = matern52(sq), None
+    gram *= signal_variance
+    diagonal = gram.reshape(-1)[:: n + 1]  # a view of the diagonal
+    diagonal += noise_variance
     try:
         cholesky = cholesky_lower(gram)
     except np.linalg.LinAlgError:
@@ -94,7 +107,7 @@ def log_posterior_and_grad(
     alpha = cholesky_solve(cholesky, targets)
     lml = (
         -0.5 * float(targets @ alpha)
-        - float(np.sum(np.log(np.diag(cholesky))))
+        - float(np.log(cholesky.diagonal()).sum())
         - 0.5 * n * LOG_2PI
     )
     prior, prior_grad = _log_prior_and_grad(raw, minimum_noise)
@@ -102,14 +115,19 @@ def log_posterior_and_grad(
         return lml + prior, None
     inverse = cholesky_solve(cholesky, np.eye(n))
     # d lml / d theta = 0.5 tr((alpha alpha^T - K^-1) dK/d theta).
-    w = np.outer(alpha, alpha) - inverse
+    w = np.multiply.outer(alpha, alpha)
+    w -= inverse
     grad = np.empty_like(raw)
     # dK/d log l_d = sigma_f^2 Matern52'(r^2) (-2 (x_d - x'_d)^2 / l_d^2).
-    a = w * (params.signal_variance * derivative)
-    grad[:n_columns] = -(a.reshape(-1) @ sq_diff.reshape(n * n, n_columns)) * inv_l2
-    grad[-2] = 0.5 * float(np.sum(w * gram)) - 0.5 * params.noise_variance * float(np.trace(w))
-    grad[-1] = 0.5 * float(np.trace(w)) * (params.noise_variance - minimum_noise)
-    return lml + prior, grad + prior_grad
+    derivative *= signal_variance
+    derivative *= w
+    grad[:n_columns] = -(derivative.reshape(-1) @ sq_diff.reshape(n * n, n_columns)) * inv_l2
+    trace = float(w.trace())
+    gram *= w
+    grad[-2] = 0.5 * float(gram.sum()) - 0.5 * noise_variance * trace
+    grad[-1] = 0.5 * trace * (noise_variance - minimum_noise)
+    grad += prior_grad
+    return lml + prior, grad
 
 
 def fit_gp(
@@ -193,8 +211,6 @@ def _maximize(
     start: np.ndarray,
     max_iterations: int,
 ) -> tuple[np.ndarray, float]:
-    import scipy.optimize
-
     def negative(raw: np.ndarray) -> tuple[float, np.ndarray]:
         value, grad = objective(raw)
         if not math.isfinite(value):
@@ -210,16 +226,11 @@ def _maximize(
         (math.log(1e-4), math.log(1e4)),
         (math.log(1e-9), math.log(1e2)),
     ]
-    start = np.clip(start, [b[0] for b in bounds], [b[1] for b in bounds])
-    result = scipy.optimize.minimize(
-        negative,
-        start,
-        jac=True,
-        method="L-BFGS-B",
-        bounds=bounds,
-        options={"maxiter": max_iterations, "gtol": 1e-2},
+    low, high = np.array(bounds).T
+    x, value = minimize_in_box(
+        negative, np.clip(start, low, high), low, high, max_iterations=max_iterations, gtol=1e-2
     )
-    return result.x, -float(result.fun)
+    return x, -value
 
 
 #: Most observations a sampler's GP is fitted to, so that the cost per trial stays bounded

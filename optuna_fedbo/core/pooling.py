@@ -88,31 +88,23 @@ def packed_length(n_features: int) -> int:
 
 
 @functools.lru_cache(maxsize=8)
-def _upper_triangle(n_features: int) -> tuple[np.ndarray, np.ndarray]:
-    """``np.triu_indices(n_features)``, computed once per size (read-only)."""
-    rows, columns = np.triu_indices(n_features)
-    rows.flags.writeable = columns.flags.writeable = False
-    return rows, columns
-
-
-@functools.lru_cache(maxsize=8)
 def _upper_mask(n_features: int) -> np.ndarray:
-    """Where an ``n x n`` matrix's upper triangle is, row-major as packed (read-only)."""
-    mask = np.zeros((n_features, n_features), dtype=bool)
-    mask[_upper_triangle(n_features)] = True
+    """The upper triangle of an ``n x n`` matrix as a boolean mask (read-only): indexing with
+    it picks the entries of ``np.triu_indices(n)`` in the same (row-major) order, about four
+    times faster than with the index pairs."""
+    mask = np.triu(np.ones((n_features, n_features), dtype=bool))
     mask.flags.writeable = False
     return mask
 
 
 def pack(statistics: SufficientStatistics) -> np.ndarray:
     """``statistics`` as one flat vector (read back with :func:`unpack`)."""
-    rows, columns = _upper_triangle(statistics.n_features)
     return np.concatenate(
         [
             [float(statistics.count), statistics.target_sum, statistics.target_square_sum],
             statistics.feature_sum,
             statistics.feature_target,
-            statistics.gram[rows, columns],
+            statistics.gram[_upper_mask(statistics.n_features)],
         ]
     )
 

@@ -96,6 +96,11 @@ class WarpedFunction:
 
     def values_and_grads(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         values, grads = self._function.values_and_grads(x)
+        if values.size and values.min() >= self._warp.threshold:  # (not with a NaN)
+            # Nothing to compress: the warp is the identity and its slope one, so these are
+            # the numbers of the general path, without its arrays (an acquisition search
+            # evaluates this a dozen times per trial, on a few points).
+            return values.copy(), grads.copy()
         warped, derivative = self._warp.with_derivative(values)
         return warped, derivative[:, None] * grads
 

@@ -548,6 +548,7 @@ class FTSParticipant(FedSampler):
         one's ``value`` (pooled), or the vector of the posterior given them."""
         with self._lock:
             self._observations.update(study)
+            version = self._observations.version
             blocks = self._observations.statistics
             extra = None
             if value is not None and self._encoder.contains(trial.params):
@@ -563,7 +564,10 @@ class FTSParticipant(FedSampler):
                 # normalization, from a few initial values, would differ between participants).
                 omega = self._uploads.statistics_held(study, n_observations)
                 if omega is None:
-                    omega = pack_blocks(with_trial(blocks, maps, encoder, trial, extra))
+                    added = with_trial(blocks, maps, encoder, trial, extra)
+                    if extra is not None:  # the next update adds this trial: to these
+                        self._observations.expect(version, trial, extra, added)
+                    omega = pack_blocks(added)
                     self._uploads.sent_statistics(study, n_observations, omega)
             else:
                 (block,) = with_trial(blocks[:1], maps, encoder, trial, extra)

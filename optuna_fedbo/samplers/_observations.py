@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 import math
 import threading
+from typing import Any
 
 import numpy as np
 import optuna
@@ -19,6 +20,8 @@ from optuna_fedbo.samplers._common import study_key
 from optuna_fedbo.search_space import SearchSpaceEncoder
 
 _logger = optuna.logging.get_logger(__name__)
+# (version, trial number, params, target, statistics) of TrialObservations.expect.
+_Expected = tuple[int, int, dict[str, Any], float, list[SufficientStatistics]]
 
 
 class TrialObservations:
@@ -50,6 +53,11 @@ class TrialObservations:
         # and the number of the last of them.
         self._finished_prefix: tuple[int, int | None] = (0, None)
         self._study_key: tuple[int, int] | None = None
+        # Changes whenever the statistics do (see :meth:`expect`).
+        self._version = 0
+        # Statistics an upload computed with a finishing trial added (:meth:`expect`):
+        # (version, trial number, params, target, statistics).
+        self._expected: _Expected | None = None
         self._lock = threading.Lock()
 
     @property
@@ -83,6 +91,28 @@ class TrialObservations:
     def includes(self, number: int) -> bool:
         """Whether trial ``number`` has been considered (modelled or left out)."""
         return number in self._seen
+
+    @property
+    def version(self) -> int:
+        """A number that changes whenever the statistics do."""
+        return self._version
+
+    def expect(
+        self,
+        version: int,
+        trial: FrozenTrial,
+        target: float,
+        statistics: Sequence[SufficientStatistics],
+    ) -> None:
+        """Keep ``statistics``: these statistics (at ``version``) with a finishing ``trial`` of
+        (oriented) ``target`` added, to copies, as an upload computes them before the trial is
+        stored as complete. When it is the next trial :meth:`update` adds, they become the
+        statistics instead of adding it again: the same numbers (the same row added to the same
+        sums), without a second ``O(M^2)`` update per feature map."""
+        with self._lock:
+            if version == self._version and len(statistics) == len(self.statistics):
+                params = dict(trial.params)
+                self._expected = (version, trial.number, params, float(target), list(statistics))
 
     def update(self, study: Study) -> None:
         """Add the study's newly completed trials (resetting if the study changed).
@@ -119,6 +149,8 @@ class TrialObservations:
         self._seen = set()
         self._finished_prefix = (0, None)
         self._study_key = key
+        self._version += 1
+        self._expected = None
 
     def _add(self, trials: list[FrozenTrial], direction: StudyDirection) -> None:
         usable = [t for t in trials if self._usable(t)]
@@ -128,8 +160,18 @@ class TrialObservations:
         targets = sign * np.array([t.value for t in usable], dtype=float)
         points = self.encoder.encode([t.params for t in usable])
         phis = [features(points) for features in self.feature_maps]
-        for phi, statistics in zip(phis, self.statistics):
-            statistics.add(phi, targets)
+        expected, self._expected = self._expected, None
+        if (
+            expected is not None
+            and expected[0] == self._version
+            and len(usable) == 1
+            and (usable[0].number, usable[0].params, float(targets[0])) == expected[1:4]
+        ):
+            self.statistics[:] = expected[4]  # this trial added to these statistics already
+        else:
+            for phi, statistics in zip(phis, self.statistics):
+                statistics.add(phi, targets)
+        self._version += 1
         self._rows.append(points, phis, targets)
         best = int(np.argmax(targets))
         if targets[best] > self.best_value:
