@@ -575,6 +575,43 @@ def test_a_pooled_broadcast_on_a_single_scale_block_guides_the_participant() -> 
     assert (g(first) @ broadcast.vectors[0])[0] >= values.max() - 1e-3
 
 
+def test_a_pooled_broadcast_of_zeros_is_nothing_to_transfer(monkeypatch) -> None:
+    """A zero pooled vector offers nothing: a joining participant starts its own design instead
+    of maximizing it, and the others' GP steps take no prior mean from it."""
+    from optuna_fedbo.federation.fts.server import FTSServer
+
+    pool = FTSServer._pool
+
+    def zeros(self, *args):
+        block, mean = pool(self, *args)
+        return block, np.zeros_like(mean)
+
+    monkeypatch.setattr(FTSServer, "_pool", zeros)
+    fed = _federation(n_clients=3, n_init=4)
+    server = FederationServer(fed)
+
+    def objective(trial: optuna.Trial) -> float:
+        x, y = trial.suggest_float("x", 0, 1), trial.suggest_float("y", 0, 1)
+        return -((x - 0.8) ** 2) - (y - 0.3) ** 2
+
+    studies = [
+        optuna.create_study(direction="maximize", sampler=FedTransferSampler(fed, c, seed=i))
+        for i, c in enumerate(("c0", "c1"))
+    ]
+    for study in studies:
+        study.optimize(objective, n_trials=4)
+    assert server.step(force=True) is not None
+    broadcast = fed.latest_broadcast()
+    assert broadcast.aggregation == "pooled" and not broadcast.vectors.any()
+    joiner = optuna.create_study(
+        direction="maximize", sampler=FedTransferSampler(fed, "c2", seed=3)
+    )
+    joiner.optimize(objective, n_trials=1)
+    assert joiner.trials[0].system_attrs["fedbo:mode"] == "init"
+    studies[0].optimize(objective, n_trials=2)
+    assert [t.system_attrs["fedbo:mode"] for t in studies[0].trials[4:]] == ["fallback"] * 2
+
+
 def test_a_pooled_participant_keeps_the_statistics_its_uploads_computed(monkeypatch) -> None:
     """The statistics an upload computed with the finishing trial become the participant's
     when that trial comes in (instead of adding it again): the same numbers as adding every

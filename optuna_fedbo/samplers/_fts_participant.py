@@ -433,9 +433,11 @@ class FTSParticipant(FedSampler):
     def _broadcast_function(
         self, broadcast: Broadcast
     ) -> LinearAcquisition | RegionwiseLinear | None:
-        """``g(x)``, the function a broadcast describes (``None`` if it offers nothing usable)."""
+        """``g(x)`` of a broadcast (``None`` if it offers nothing usable, as pooled zeros do)."""
         vectors = broadcast.vectors
         if broadcast.aggregation == "pooled":
+            if not vectors.any():
+                return None
             block = broadcast.feature_block
             if not 0 <= block < len(self._feature_maps) or len(vectors) != 1:
                 _logger.warning(f"Ignoring broadcast {broadcast.round}: no such feature block.")
