@@ -33,8 +33,13 @@ off the global one about 0.04).
 
 Methods (``--methods``) also ``fed``: the default :class:`~optuna_fedbo.FedTransferSampler` in
 a federation of all the sites (:func:`~optuna_fedbo.simulation.simulate`, lock-step rounds);
-and ``pooled-gp``, the ceiling of sharing without privacy: every site's local GP fitted to all
-sites' trials so far (:func:`benchmarks.fts_value.pooled_gp_curves`).
+``fed-alone``, the same federation (same seeds, designs and rounds) whose server publishes
+zeros, "nothing to transfer", in every round, so that each site runs its own model: the best
+that any rule withholding the broadcast can reach; ``--solo-seed-offset K`` reseeds
+``fed_solo`` (its site-runs' seeds are ``1000 seed + site + K``), to show how much its mean
+regret moves with the seeds alone; and ``pooled-gp``, the ceiling of sharing without privacy:
+every site's local GP fitted to all sites' trials so far
+(:func:`benchmarks.fts_value.pooled_gp_curves`).
 
 Reported per family: mean regret (over seeds x sites) at 5, 10, 20 and 30 trials; the ratio to
 GPSampler and to the best stock sampler; paired wins against GPSampler over the site-runs; the
@@ -58,6 +63,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
 from collections.abc import Callable  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+import contextlib  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
@@ -223,6 +230,29 @@ FAMILIES: dict[str, Callable[[int, int], Problem]] = {
 }
 
 
+@contextlib.contextmanager
+def _nothing_to_transfer() -> Iterator[None]:
+    """Every pooled round's broadcast replaced by zeros, which participants read as nothing to
+    transfer (``fed-alone``): their own model alone, inside the federation."""
+    from optuna_fedbo.federation.fts.server import FTSServer
+
+    pool = FTSServer._pool
+
+    def zeros(self: FTSServer, *args: object) -> tuple[int, np.ndarray]:
+        block, mean = pool(self, *args)  # type: ignore[arg-type]
+        return block, np.zeros_like(mean)
+
+    FTSServer._pool = zeros  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        FTSServer._pool = pool  # type: ignore[method-assign]
+
+
+#: ``fed_solo``'s seeds are ``1000 seed + site + SOLO_SEED_OFFSET`` (``--solo-seed-offset``).
+SOLO_SEED_OFFSET = 0
+
+
 def run_method(problem: Problem, name: str, seed: int, n_trials: int) -> np.ndarray:
     """Best true value so far, shape ``(sites, n_trials)``."""
     n_sites = len(problem.objectives)
@@ -234,15 +264,16 @@ def run_method(problem: Problem, name: str, seed: int, n_trials: int) -> np.ndar
         )
         if os.path.exists(cache):
             return np.load(cache)
-    if name == "fed":
-        result = simulate(
-            problem.objectives,
-            search_space=problem.space,
-            n_rounds=n_trials - FTSConfig().n_init,
-            protocol=FTSConfig(),
-            seed=seed,
-            progress=False,
-        )
+    if name in ("fed", "fed-alone"):
+        with _nothing_to_transfer() if name == "fed-alone" else contextlib.nullcontext():
+            result = simulate(
+                problem.objectives,
+                search_space=problem.space,
+                n_rounds=n_trials - FTSConfig().n_init,
+                protocol=FTSConfig(),
+                seed=seed,
+                progress=False,
+            )
         return np.array([true_values(s, n_trials) for s in result.studies])
     if name == "pooled-gp":
         return pooled_gp_curves(problem, n_trials, seed)
@@ -255,7 +286,7 @@ def run_method(problem: Problem, name: str, seed: int, n_trials: int) -> np.ndar
                 search_space=problem.space,
                 n_rounds=n_trials - config.n_init,
                 protocol=config,
-                seed=1000 * seed + n,
+                seed=1000 * seed + n + SOLO_SEED_OFFSET,
                 progress=False,
             )
             rows.append(true_values(result.studies[0], n_trials))
@@ -337,17 +368,19 @@ def report(family: str, per_seed: list[dict[str, np.ndarray]], seconds: dict[str
 
 
 def paired_report(runs: dict[str, np.ndarray], saved: dict[str, np.ndarray]) -> None:
-    """Paired differences of each method run again against its saved regrets (new - saved)."""
+    """Paired differences of each method run again against its saved regrets (new - saved;
+    ``fed-alone`` against the saved ``fed``: what withholding every broadcast changes)."""
     print(
         f"\n{'method':10s}"
         + "".join(f"{'new-saved@' + str(t):>22s}{'wins':>8s}" for t in (10, 20, 30))
     )
     for m, new in runs.items():
-        if m not in saved or saved[m].shape != new.shape:
+        old = saved.get("fed" if m == "fed-alone" and m not in saved else m)
+        if old is None or old.shape != new.shape:
             continue
         line = f"{m:10s}"
         for t in (10, 20, 30):
-            diff = new[:, t - 1] - saved[m][:, t - 1]
+            diff = new[:, t - 1] - old[:, t - 1]
             se = diff.std(ddof=1) / np.sqrt(len(diff))
             wins, losses = int(np.sum(diff < 0)), int(np.sum(diff > 0))
             line += f"{diff.mean():+13.4f}+-{se:.4f}{wins:4d}/{losses:<3d}"
@@ -425,7 +458,10 @@ def main() -> None:
     parser.add_argument("--cost-sites", default="2", help="federation sizes timed by --cost")
     parser.add_argument("--save", default="", help="keep the regrets per site-run (.npz)")
     parser.add_argument("--against", default="", help="pair with regrets kept by --save")
+    parser.add_argument("--solo-seed-offset", type=int, default=0, help="reseed fed_solo")
     args = parser.parse_args()
+    global SOLO_SEED_OFFSET
+    SOLO_SEED_OFFSET = args.solo_seed_offset
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=ExperimentalWarning)
     if args.cost:
