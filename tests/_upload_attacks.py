@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import bz2
+import hashlib
 import json
 import lzma
 from typing import Any
@@ -152,6 +153,18 @@ def recover(stored: str, secrets: np.ndarray) -> list[str]:
             # output reveals, examined in turn.)
             queue.append((f"{path}>{name}", decoded, depth + 1))
     return leaks
+
+
+def receipt(trust: Any, stored: str) -> str:
+    """A stored upload's receipt, recomputed from its envelope as its participant computed it
+    when sealing: a digest prefix of what it signed (the binding context and the ciphertext's
+    SHA-256), not of the stored text."""
+    envelope = json.loads(stored)
+    context = trust._upload_context(
+        envelope["round"], envelope["client"], envelope["counter"], envelope["after"]
+    )
+    signed = context + b"\n" + hashlib.sha256(ciphertext(stored)).digest()
+    return hashlib.sha256(signed).hexdigest()[:32]
 
 
 def ciphertext(stored: str) -> bytes:

@@ -5,6 +5,7 @@ any decoding, and their bytes are indistinguishable from random ones (real proce
 from __future__ import annotations
 
 import base64
+import hashlib
 import itertools
 import json
 import logging
@@ -33,6 +34,7 @@ from optuna_fedbo.federation.keys import ParticipantKey
 from optuna_fedbo.federation.keys import ServerKeys
 from optuna_fedbo.federation.trust import _SUITE
 from optuna_fedbo.federation.trust import MAX_UPLOAD_CHARS
+from optuna_fedbo.federation.trust import text_digest
 from optuna_fedbo.federation.trust import Trust
 
 M = 6
@@ -233,7 +235,7 @@ def test_the_size_bound_is_inclusive() -> None:
     at_bound = json.dumps({**envelope, "pad": "x" * padding})
     assert len(at_bound) == MAX_UPLOAD_CHARS
     key = fed.public_key_of("c0")
-    counter, _, _ = fed.trust.check_upload(at_bound, client_id="c0", public_key=key, round_index=0)
+    counter = fed.trust.check_upload(at_bound, client_id="c0", public_key=key, round_index=0)[0]
     assert counter == 1
     with pytest.raises(UploadRejected, match="oversized"):
         fed.trust.check_upload(at_bound + " ", client_id="c0", public_key=key, round_index=0)
@@ -462,3 +464,53 @@ def test_the_server_opens_only_an_upload_sent_after_one_of_the_rounds_openings()
     assert split_frame(plaintext)[0]["client"] == "c0"
     with pytest.raises(UploadRejected, match="written before round 0 opened"):
         fed.trust.open_upload_bytes(stored, openings={"another"}, **key)
+
+
+def test_an_uploads_receipt_is_the_digest_of_what_its_participant_signed() -> None:
+    """Sealing and checking give one receipt without a pass over the stored text: a digest
+    prefix of the signed binding and ciphertext digest. Another upload (counter, or the same
+    one sealed again) has another; the same upload re-encoded keeps it."""
+    fed = _federation()
+    key, public = fed._participant_key("c0"), fed.public_key_of("c0")
+    payload = _payload(fed, "c0")
+    text, receipt = fed.trust.seal_upload_with_receipt(key, 0, 5, payload)
+
+    def checked(stored: str) -> tuple:
+        return fed.trust.check_upload(stored, client_id="c0", public_key=public, round_index=0)
+
+    assert checked(text)[3] == receipt == attacks.receipt(fed.trust, text)
+    assert len(receipt) == 32 and receipt != text_digest(text)[:32]
+    opened = fed.trust.open_upload_with_receipt(
+        text, client_id="c0", public_key=public, round_index=0
+    )
+    assert opened == (5, payload, receipt)
+    others = {
+        fed.trust.seal_upload_with_receipt(key, 0, 6, payload)[1],  # another counter
+        fed.trust.seal_upload_with_receipt(key, 0, 5, payload)[1],  # sealed again
+        fed.trust.seal_upload_with_receipt(key, 0, 5, payload, "after")[1],  # another opening
+    }
+    assert len(others) == 3 and receipt not in others
+    assert checked(json.dumps(json.loads(text), indent=1))[3] == receipt
+
+
+def test_a_participant_knows_its_receipt_without_hashing_its_stored_text(monkeypatch) -> None:
+    """The receipt the participant checks broadcasts against is the one sealing gave."""
+    fed = _federation()
+    server = FederationServer(fed)
+    hashed: list[int] = []
+    real = hashlib.sha256
+
+    def counted(data: bytes = b""):  # noqa: ANN202
+        hashed.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(hashlib, "sha256", counted)
+    receipt = fed.send_upload("c0", 0, _payload(fed, "c0"))
+    stored = fed.store.read_uploads(0)["c0"]
+    assert receipt == attacks.receipt(fed.trust, stored)
+    assert len(stored) not in hashed  # the stored text is never hashed whole
+    monkeypatch.undo()
+    fed.upload("c1", _omega(1), n_observations=3, iteration=0)
+    server.step(force=True)
+    (broadcast,) = fed.store.broadcasts()
+    assert receipt in broadcast.receipts

@@ -376,10 +376,18 @@ class FederationServer:
 
     def _open_upload_bytes(self, client_id: str, text: str, round_index: int) -> tuple[int, bytes]:
         """:meth:`_open_upload` for a plaintext of bytes (secure aggregation's messages)."""
+        return self._open_upload_with_receipt(client_id, text, round_index)[:2]
+
+    def _open_upload_with_receipt(
+        self, client_id: str, text: str, round_index: int
+    ) -> tuple[int, bytes, str]:
+        """:meth:`_open_upload_bytes`, and the upload's receipt: ``(counter, plaintext,
+        receipt)`` (what :class:`~optuna_fedbo.federation._uploads.UploadCollector` opens
+        with)."""
         public_key = self.federation.public_key_of(client_id)
         if public_key is None:
             raise UploadRejected("unknown participant (not enrolled)")
-        return self.federation.trust.open_upload_bytes(
+        return self.federation.trust.open_upload_with_receipt(
             text,
             client_id=client_id,
             public_key=public_key,

@@ -114,8 +114,9 @@ class UploadSender:
 
     def send(
         self, key: ParticipantKey, round_index: int, payload: str | bytes, opening: str
-    ) -> str:
-        """Seal ``payload`` as ``key``'s upload to ``round_index`` and write it; the sealed text.
+    ) -> tuple[str, str]:
+        """Seal ``payload`` as ``key``'s upload to ``round_index`` and write it: ``(sealed text,
+        receipt)`` (:func:`~optuna_fedbo.federation.trust.upload_receipt`).
 
         Raises:
             ValueError: If the sealed upload is over the bound (nothing is written).
@@ -125,7 +126,9 @@ class UploadSender:
         with self._lock:
             counter = next_counter(self._store, client_id, self._floor)
             self._floor = max(self._floor, counter)
-            sealed = self._trust.seal_upload(key, round_index, counter, payload, opening)
+            sealed, receipt = self._trust.seal_upload_with_receipt(
+                key, round_index, counter, payload, opening
+            )
             if len(sealed) > MAX_UPLOAD_CHARS:
                 raise ValueError(
                     f"The upload of {client_id!r} has {len(sealed):,} characters sealed, over "
@@ -147,7 +150,7 @@ class UploadSender:
             self._sealed = {(client_id, round_index): {sealed: counter}} | {
                 k: v for k, v in self._sealed.items() if k[0] != client_id
             }
-        return sealed
+        return sealed, receipt
 
 
 __all__ = ["UploadSender", "next_counter", "write_newest"]

@@ -59,6 +59,25 @@ def text_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def _signed_upload(context: bytes, sealed: bytes) -> bytes:
+    """What a participant signs of an upload: its binding context and its ciphertext's
+    digest."""
+    return context + b"\n" + hashlib.sha256(sealed).digest()
+
+
+def upload_receipt(signed: bytes) -> str:
+    """An upload's receipt: a digest prefix (32 hex digits) of what its participant signed
+    (:func:`_signed_upload`: the federation, configuration, round, participant, counter,
+    opening and the ciphertext's digest).
+
+    It names the upload as exactly as a digest of its stored text would (a text that verifies
+    with another receipt is another upload), and costs no pass over the ciphertext: the
+    participant and the server each hash the ciphertext once, to sign and to verify it, and
+    the receipt is a digest of that digest.
+    """
+    return hashlib.sha256(signed).hexdigest()[:32]
+
+
 def text_of(plaintext: bytes) -> str:
     """An opened upload's plaintext as text.
 
@@ -197,12 +216,24 @@ class Trust:
         """Seal ``plaintext`` (text, as UTF-8, or bytes) to the server and sign it as ``key``'s
         upload for ``round_index``, sent after the round's ``opening`` (see
         :mod:`~optuna_fedbo.federation._openings`)."""
+        return self.seal_upload_with_receipt(key, round_index, counter, plaintext, opening)[0]
+
+    def seal_upload_with_receipt(
+        self,
+        key: ParticipantKey,
+        round_index: int,
+        counter: int,
+        plaintext: str | bytes,
+        opening: str = "",
+    ) -> tuple[str, str]:
+        """:meth:`seal_upload`, and the upload's receipt (:func:`upload_receipt`):
+        ``(stored text, receipt)``."""
         context = self._upload_context(round_index, key.client_id, counter, opening)
         raw = plaintext.encode("utf-8") if isinstance(plaintext, str) else plaintext
         sealed = _SUITE.encrypt(raw, self.identity.sealing_public_key(), info=context)
-        digest = hashlib.sha256(sealed).digest()
-        signature = key.sign("upload", context + b"\n" + digest)
-        return canonical_json(
+        signed = _signed_upload(context, sealed)
+        signature = key.sign("upload", signed)
+        text = canonical_json(
             {
                 "v": ENVELOPE_FORMAT,
                 "client": key.client_id,
@@ -213,6 +244,7 @@ class Trust:
                 "sig": b64(signature),
             }
         )
+        return text, upload_receipt(signed)
 
     def check_upload(
         self,
@@ -222,7 +254,7 @@ class Trust:
         public_key: bytes,
         round_index: int,
         openings: Collection[str] | None = None,
-    ) -> tuple[int, bytes, bytes]:
+    ) -> tuple[int, bytes, bytes, str]:
         """Check an upload's envelope and signature without opening it (anyone can).
 
         Args:
@@ -234,7 +266,7 @@ class Trust:
                 follows none of them was written before the round opened.
 
         Returns:
-            ``(counter, sealed bytes, binding context)``.
+            ``(counter, sealed bytes, binding context, receipt)`` (:func:`upload_receipt`).
 
         Raises:
             UploadRejected: With the reason (oversized, malformed, another round or participant,
@@ -273,13 +305,8 @@ class Trust:
         except ValueError as error:
             raise UploadRejected(f"not a sealed upload ({error})") from None
         context = self._upload_context(round_index, client_id, counter, opening)
-        if not verify_signature(
-            public_key,
-            self.federation_id,
-            "upload",
-            context + b"\n" + hashlib.sha256(sealed).digest(),
-            signature,
-        ):
+        signed = _signed_upload(context, sealed)
+        if not verify_signature(public_key, self.federation_id, "upload", signed, signature):
             raise UploadRejected(
                 "not signed by the enrolled key of this participant (forged, or sent for "
                 "another federation or configuration)"
@@ -289,7 +316,7 @@ class Trust:
                 f"written before round {round_index} opened (it follows no published broadcast "
                 f"of round {round_index - 1}): only uploads to the open round count"
             )
-        return counter, sealed, context
+        return counter, sealed, context, upload_receipt(signed)
 
     def open_upload(
         self,
@@ -329,7 +356,26 @@ class Trust:
         openings: Collection[str] | None = None,
     ) -> tuple[int, bytes]:
         """:meth:`open_upload` for a plaintext of bytes (``(counter, plaintext)``)."""
-        counter, sealed, context = self.check_upload(
+        return self.open_upload_with_receipt(
+            text,
+            client_id=client_id,
+            public_key=public_key,
+            round_index=round_index,
+            openings=openings,
+        )[:2]
+
+    def open_upload_with_receipt(
+        self,
+        text: Any,
+        *,
+        client_id: str,
+        public_key: bytes,
+        round_index: int,
+        openings: Collection[str] | None = None,
+    ) -> tuple[int, bytes, str]:
+        """:meth:`open_upload_bytes`, and the upload's receipt (:func:`upload_receipt`):
+        ``(counter, plaintext, receipt)``."""
+        counter, sealed, context, receipt = self.check_upload(
             text,
             client_id=client_id,
             public_key=public_key,
@@ -338,9 +384,10 @@ class Trust:
         )
         keys = self.require_server_keys()
         try:
-            return counter, _SUITE.decrypt(sealed, keys.sealing_private_key, info=context)
+            plaintext = _SUITE.decrypt(sealed, keys.sealing_private_key, info=context)
         except (InvalidTag, ValueError):
             raise UploadRejected("cannot be opened (not sealed to this server)") from None
+        return counter, plaintext, receipt
 
     # ------------------------------------------------------------------ sealed to the server
     def seal_to_server(self, info: bytes, plaintext: bytes) -> str:
@@ -400,4 +447,4 @@ def _split_signed(text: Any) -> tuple[dict[str, Any], bytes]:
         raise UntrustedRecordError(str(error)) from None
 
 
-__all__ = ["MAX_UPLOAD_CHARS", "Trust", "UntrustedRecordError", "text_digest"]
+__all__ = ["MAX_UPLOAD_CHARS", "Trust", "UntrustedRecordError", "text_digest", "upload_receipt"]
