@@ -514,3 +514,34 @@ def test_a_participant_knows_its_receipt_without_hashing_its_stored_text(monkeyp
     server.step(force=True)
     (broadcast,) = fed.store.broadcasts()
     assert receipt in broadcast.receipts
+
+
+class _Unhashable(str):
+    """A sealed upload that must never be hashed (a dictionary key): a pass over 0.4 MB."""
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:
+        raise AssertionError("a sealed upload was hashed")
+
+
+def test_a_participant_recognises_its_own_upload_in_the_slot_without_hashing_it(
+    monkeypatch,
+) -> None:
+    fed = _federation()
+    real = Trust.seal_upload_with_receipt
+
+    def unhashable(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        text, receipt = real(self, *args, **kwargs)
+        return _Unhashable(text), receipt
+
+    monkeypatch.setattr(Trust, "seal_upload_with_receipt", unhashable)
+    for i in range(3):  # each finds the one before it in the slot, and replaces it
+        fed.upload("c0", _omega(i), n_observations=3, iteration=0)
+    stored = fed.store.read_uploads(0)["c0"]
+    assert isinstance(stored, _Unhashable)  # what was compared is what was sealed
+    monkeypatch.undo()
+    opened = fed.trust.open_upload_bytes(
+        str(stored), client_id="c0", public_key=fed.public_key_of("c0"), round_index=0
+    )[1]
+    assert split_frame(opened)[1] == _omega(2).astype("<f8").tobytes()
