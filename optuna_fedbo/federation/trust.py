@@ -32,7 +32,6 @@ from typing import Final
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hpke
 
-from optuna_fedbo.federation._codec import base64_text
 from optuna_fedbo.federation._codec import canonical_json
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.keys import b64
@@ -46,7 +45,10 @@ from optuna_fedbo.federation.keys import verify_signature
 #: of ``M = 100`` features is about 1,600; a Fed-PNE phase of 10,000 nodes about 500,000.
 MAX_UPLOAD_CHARS: Final[int] = 1_000_000
 
-ENVELOPE_FORMAT: Final[int] = 1
+#: The format of a stored upload: 2, a canonical JSON header (format, participant, round,
+#: counter, opening, signature), a newline, then the ciphertext in base64 (1 was one JSON object,
+#: the ciphertext one of its fields: a JSON scan of the ciphertext's base64 at every check).
+ENVELOPE_FORMAT: Final[int] = 2
 _SUITE = hpke.Suite(hpke.KEM.X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.CHACHA20_POLY1305)
 
 
@@ -233,18 +235,18 @@ class Trust:
         sealed = _SUITE.encrypt(raw, self.identity.sealing_public_key(), info=context)
         signed = _signed_upload(context, sealed)
         signature = key.sign("upload", signed)
-        text = canonical_json(
+        header = canonical_json(
             {
                 "v": ENVELOPE_FORMAT,
                 "client": key.client_id,
                 "round": int(round_index),
                 "counter": int(counter),
                 "after": opening,
-                "ct": base64_text(sealed),
                 "sig": b64(signature),
             }
         )
-        return text, upload_receipt(signed)
+        # Canonical JSON holds no newline (it escapes one in a string), nor does base64.
+        return f"{header}\n{b64(sealed)}", upload_receipt(signed)
 
     def check_upload(
         self,
@@ -278,11 +280,12 @@ class Trust:
             raise UploadRejected(
                 f"oversized ({len(text):,} characters; the bound is {MAX_UPLOAD_CHARS:,})"
             )
+        header, newline, ciphertext = text.partition("\n")
         try:
-            record = json.loads(text)
+            record = json.loads(header)
         except ValueError:
             raise UploadRejected("not a sealed upload (malformed envelope)") from None
-        if not isinstance(record, dict) or record.get("v") != ENVELOPE_FORMAT:
+        if not newline or not isinstance(record, dict) or record.get("v") != ENVELOPE_FORMAT:
             raise UploadRejected("not a sealed upload (unknown envelope format)")
         counter = record.get("counter")
         upload_round = record.get("round")
@@ -300,7 +303,7 @@ class Trust:
                 f"sent for round {upload_round}, found in round {round_index} (a copy)"
             )
         try:
-            sealed = unb64(record.get("ct"), "ciphertext")
+            sealed = unb64(ciphertext, "ciphertext")
             signature = unb64(record.get("sig"), "signature", 64)
         except ValueError as error:
             raise UploadRejected(f"not a sealed upload ({error})") from None
