@@ -297,8 +297,8 @@ def test_an_upload_sealed_for_another_configuration_is_rejected() -> None:
     report = server.step(force=True)
     assert report.contributors == ("c0",)
     assert "not signed by the enrolled key" in dict(report.rejected)["c1"]
-    with pytest.raises(UploadRejected):
-        fed.trust.open_upload(
+    with pytest.raises(UploadRejected, match="not signed by the enrolled key"):
+        fed.trust.open_upload_bytes(
             text, client_id="c1", public_key=fed.public_key_of("c1"), round_index=0
         )
 
@@ -518,7 +518,7 @@ def test_an_uploads_receipt_is_the_digest_of_what_its_participant_signed() -> No
     fed = _federation()
     key, public = fed._participant_key("c0"), fed.public_key_of("c0")
     payload = _payload(fed, "c0")
-    text, receipt = fed.trust.seal_upload_with_receipt(key, 0, 5, payload)
+    text, receipt = fed.trust.seal_upload_with_receipt(key, 0, 5, payload, "")
 
     def checked(stored: str) -> tuple:
         return fed.trust.check_upload(stored, client_id="c0", public_key=public, round_index=0)
@@ -530,8 +530,8 @@ def test_an_uploads_receipt_is_the_digest_of_what_its_participant_signed() -> No
     )
     assert opened == (5, payload, receipt)
     others = {
-        fed.trust.seal_upload_with_receipt(key, 0, 6, payload)[1],  # another counter
-        fed.trust.seal_upload_with_receipt(key, 0, 5, payload)[1],  # sealed again
+        fed.trust.seal_upload_with_receipt(key, 0, 6, payload, "")[1],  # another counter
+        fed.trust.seal_upload_with_receipt(key, 0, 5, payload, "")[1],  # sealed again
         fed.trust.seal_upload_with_receipt(key, 0, 5, payload, "after")[1],  # another opening
     }
     assert len(others) == 3 and receipt not in others
@@ -591,3 +591,13 @@ def test_a_participant_recognises_its_own_upload_in_the_slot_without_hashing_it(
         str(stored), client_id="c0", public_key=fed.public_key_of("c0"), round_index=0
     )[1]
     assert split_frame(opened)[1] == _omega(2).astype("<f8").tobytes()
+
+
+def test_seal_upload_seals_its_plaintext_bound_to_its_opening() -> None:
+    fed = _federation()
+    payload = _payload(fed, "c0")
+    text = fed.trust.seal_upload(fed._participant_key("c0"), 0, 7, payload, "the opening")
+    header, _ = attacks.envelope(text)
+    assert (header["counter"], header["after"]) == (7, "the opening")
+    key = {"client_id": "c0", "public_key": fed.public_key_of("c0"), "round_index": 0}
+    assert fed.trust.open_upload_bytes(text, openings={"the opening"}, **key) == (7, payload)

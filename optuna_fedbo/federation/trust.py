@@ -226,7 +226,7 @@ class Trust:
         round_index: int,
         counter: int,
         plaintext: str | bytes,
-        opening: str = "",
+        opening: str,
     ) -> tuple[str, str]:
         """:meth:`seal_upload`, and the upload's receipt (:func:`upload_receipt`):
         ``(stored text, receipt)``."""
@@ -321,34 +321,6 @@ class Trust:
             )
         return counter, sealed, context, upload_receipt(signed)
 
-    def open_upload(
-        self,
-        text: Any,
-        *,
-        client_id: str,
-        public_key: bytes,
-        round_index: int,
-        openings: Collection[str] | None = None,
-    ) -> tuple[int, str]:
-        """Check and open an upload found under ``client_id``'s key of round ``round_index``
-        (sent after one of its ``openings``, if given).
-
-        Returns:
-            ``(counter, plaintext)``.
-
-        Raises:
-            UploadRejected: With the reason (see :meth:`check_upload`; or not sealed to this
-                server).
-        """
-        counter, plaintext = self.open_upload_bytes(
-            text,
-            client_id=client_id,
-            public_key=public_key,
-            round_index=round_index,
-            openings=openings,
-        )
-        return counter, text_of(plaintext)
-
     def open_upload_bytes(
         self,
         text: Any,
@@ -358,7 +330,13 @@ class Trust:
         round_index: int,
         openings: Collection[str] | None = None,
     ) -> tuple[int, bytes]:
-        """:meth:`open_upload` for a plaintext of bytes (``(counter, plaintext)``)."""
+        """Check and open an upload found under ``client_id``'s key of round ``round_index``
+        (sent after one of its ``openings``, if given): ``(counter, plaintext)``.
+
+        Raises:
+            UploadRejected: With the reason (see :meth:`check_upload`; or not sealed to this
+                server).
+        """
         return self.open_upload_with_receipt(
             text,
             client_id=client_id,
