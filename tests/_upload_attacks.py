@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import bz2
+import hashlib
 import json
 import lzma
 from typing import Any
@@ -39,6 +40,8 @@ def _decodings(blob: bytes) -> list[tuple[str, bytes]]:
     """Every transformation of ``blob`` that succeeds, with its name."""
     out: list[tuple[str, bytes]] = []
     text = blob.strip()
+    if b"\n" in text:  # each line on its own (a stored upload: a header, then base64)
+        out += [(f"line[{k}]", line) for k, line in enumerate(text.split(b"\n"))]
     for name, decode in (
         ("base64", lambda b: base64.b64decode(b, validate=True)),
         ("urlsafe-b64", lambda b: base64.urlsafe_b64decode(b + b"=" * (-len(b) % 4))),
@@ -154,9 +157,33 @@ def recover(stored: str, secrets: np.ndarray) -> list[str]:
     return leaks
 
 
+def envelope(stored: str) -> tuple[dict[str, Any], str]:
+    """``(header, base64 ciphertext)`` of a stored upload (a JSON header line, then the
+    ciphertext)."""
+    header, _, ciphertext = stored.partition("\n")
+    return json.loads(header), ciphertext
+
+
+def stored_upload(header: Any, ciphertext: str, **dumps: Any) -> str:
+    """An upload as stored, from its (perhaps rewritten) header and ciphertext."""
+    return f"{json.dumps(header, **dumps)}\n{ciphertext}"
+
+
+def receipt(trust: Any, stored: str) -> str:
+    """A stored upload's receipt, recomputed from its envelope as its participant computed it
+    when sealing: a digest prefix of what it signed (the binding context and the ciphertext's
+    SHA-256), not of the stored text."""
+    envelope = json.loads(stored.partition("\n")[0])
+    context = trust._upload_context(
+        envelope["round"], envelope["client"], envelope["counter"], envelope["after"]
+    )
+    signed = context + b"\n" + hashlib.sha256(ciphertext(stored)).digest()
+    return hashlib.sha256(signed).hexdigest()[:32]
+
+
 def ciphertext(stored: str) -> bytes:
-    """The sealed bytes of a stored upload envelope (its ``ct`` field, base64-decoded)."""
-    return base64.b64decode(json.loads(stored)["ct"], validate=True)
+    """The sealed bytes of a stored upload (the base64 after its header line, decoded)."""
+    return base64.b64decode(stored.partition("\n")[2], validate=True)
 
 
 def randomness(payloads: list[bytes]) -> tuple[float, float]:

@@ -1,6 +1,7 @@
 """The generic server (``federation/server.py``), in process: bad arguments and a finished
 federation are refused before anything is written, the closing arguments are kept, an upload
-sealed before its round opened never counts, a stopping server records it, and a superseded one
+sealed before its round opened never counts, an upload opens with its receipt (and not under an
+id that is not enrolled), a stopping server records it, and a superseded one
 leaves the newer server's heartbeat alone (written to kill mutants of
 ``benchmarks/mutation_trust.py``)."""
 
@@ -21,6 +22,7 @@ from optuna_fedbo.federation import FTSConfig
 from optuna_fedbo.federation import server as server_module
 from optuna_fedbo.federation import ServerSupersededError
 from optuna_fedbo.federation._openings import FIRST_OPENING
+from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.finished import FederationFinishedError
 from optuna_fedbo.federation.fts.messages import encode_upload
 
@@ -115,6 +117,32 @@ def test_an_upload_sealed_before_its_round_opened_never_counts(caplog) -> None:
         assert server.step(force=True) is None  # nothing valid: nothing published
     assert fed.open_round() == 1
     assert "written before round 1 opened" in caplog.text
+
+
+def test_the_server_opens_an_enrolled_participants_upload_with_its_receipt() -> None:
+    """``(counter, plaintext, receipt)``: the receipt the participant got when it sent it; an
+    upload under an id that is not enrolled is refused before anything is checked."""
+    fed = _federation()
+    server = FederationServer(fed)
+    payload = encode_upload(
+        config_hash=fed.config_hash,
+        round_index=0,
+        client_id="c0",
+        omega=np.ones(M),
+        n_observations=3,
+        iteration=0,
+    )
+    receipt = fed.send_upload("c0", 0, payload)
+    text = fed.store.read_uploads(0)["c0"]
+    counter, plaintext, opened_receipt = server._open_upload_with_receipt("c0", text, 0)
+    assert (plaintext, opened_receipt) == (payload, receipt) and counter >= 1
+    assert server._open_upload_bytes("c0", text, 0) == (counter, payload)
+    with pytest.raises(UploadRejected, match="unknown participant"):
+        server._open_upload_with_receipt("c9", text, 0)
+    with pytest.raises(UploadRejected, match="written under participant 'c1'"):
+        server._open_upload_with_receipt("c1", text, 0)
+    with pytest.raises(UploadRejected, match="found in round 1"):
+        server._open_upload_with_receipt("c0", text, 1)
 
 
 def test_a_stopping_server_records_it_at_once() -> None:

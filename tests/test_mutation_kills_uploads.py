@@ -14,16 +14,21 @@ import pytest
 from optuna_fedbo.federation import _uploads
 from optuna_fedbo.federation._uploads import UploadCollector
 from optuna_fedbo.federation._uploads import UploadRejected
-from optuna_fedbo.federation.trust import text_digest
 
 #: stored text -> (counter, plaintext); any other text is refused as forged.
 _STORED = {
-    "sealed-a1": (1, "a1"),
-    "sealed-a2": (2, "a2"),
-    "resealed-a2": (2, "a2'"),
-    "sealed-b1": (1, "b1"),
-    "sealed-bad": (3, "bad"),
+    "sealed-a1": (1, b"a1"),
+    "sealed-a2": (2, b"a2"),
+    "resealed-a2": (2, b"a2'"),
+    "sealed-b1": (1, b"b1"),
+    "sealed-bad": (3, b"bad"),
 }
+
+
+def _receipt(text: str) -> str:
+    """The receipt the fake opener gives a text (the participant's own, as the signed
+    message's digest is)."""
+    return "receipt-of-" + text
 
 
 class _Opener:
@@ -32,17 +37,17 @@ class _Opener:
     def __init__(self) -> None:
         self.opened: list[str] = []
 
-    def __call__(self, client_id: str, text: str, round_index: int) -> tuple[int, str]:
+    def __call__(self, client_id: str, text: str, round_index: int) -> tuple[int, bytes, str]:
         self.opened.append(text)
         if text not in _STORED:
             raise UploadRejected("bad signature")
-        return _STORED[text]
+        return (*_STORED[text], _receipt(text))
 
 
-def _parse(client_id: str, plaintext: str) -> str:
-    if plaintext == "bad":
+def _parse(client_id: str, plaintext: bytes, receipt: str) -> str:
+    if plaintext == b"bad":
         raise UploadRejected("not a vector")
-    return plaintext
+    return plaintext.decode()
 
 
 def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -61,9 +66,10 @@ def test_each_stored_text_is_opened_once_across_polls() -> None:
     assert valid == {"a": "a2"} and opener.opened.count("sealed-a2") == 1
 
 
-def test_each_stored_text_is_digested_once_across_polls(monkeypatch) -> None:
-    """A pooled upload is several hundred kilobytes: its receipt is computed when its text is
-    first seen, not at every poll of the round."""
+def test_only_a_refused_text_is_digested_and_once_across_polls(monkeypatch) -> None:
+    """A pooled upload is several hundred kilobytes: a valid one's receipt is the opener's
+    (the digest of what its participant signed), never a pass over the text; a refused one's
+    digest (to log it once) is computed when its text is first seen, not at every poll."""
     digested: list[bytes] = []
     sha256 = _uploads.hashlib.sha256
 
@@ -75,8 +81,21 @@ def test_each_stored_text_is_digested_once_across_polls(monkeypatch) -> None:
     collector: UploadCollector[str] = UploadCollector(_Opener())
     for _ in range(3):
         collector.collect({"a": "sealed-a1", "b": "forged"}, 0, _parse)
-    assert sorted(digested) == [b"forged", b"sealed-a1"]
-    assert collector.receipts == {"a": text_digest("sealed-a1")[:32]}
+    assert digested == [b"forged"]
+    assert collector.receipts == {"a": _receipt("sealed-a1")}
+
+
+def test_the_parser_gets_the_receipt_of_the_text_it_parses() -> None:
+    """FTS names held statistics by the receipt of the upload that carried them."""
+    seen: list[tuple[str, bytes, str]] = []
+
+    def parse(client_id: str, plaintext: bytes, receipt: str) -> str:
+        seen.append((client_id, plaintext, receipt))
+        return plaintext.decode()
+
+    collector: UploadCollector[str] = UploadCollector(_Opener())
+    collector.collect({"a": "sealed-a1", "b": "sealed-b1"}, 0, parse)
+    assert seen == [("a", b"a1", _receipt("sealed-a1")), ("b", b"b1", _receipt("sealed-b1"))]
 
 
 def test_only_an_older_counter_is_a_replay() -> None:
@@ -93,14 +112,12 @@ def test_only_an_older_counter_is_a_replay() -> None:
 def test_a_refused_upload_loses_its_receipt_and_receipts_are_the_participants() -> None:
     collector: UploadCollector[str] = UploadCollector(_Opener())
     collector.collect({"a": "sealed-a1", "b": "sealed-b1"}, 0, _parse)
-    # The receipt is what the participant computes of what it sent (Federation.upload).
-    assert collector.receipts == {
-        "a": text_digest("sealed-a1")[:32],
-        "b": text_digest("sealed-b1")[:32],
-    }
+    # The receipt is what the participant computes of what it sent (Federation.upload): the
+    # opener's, untouched.
+    assert collector.receipts == {"a": _receipt("sealed-a1"), "b": _receipt("sealed-b1")}
     valid, _ = collector.collect({"a": "sealed-bad", "b": "sealed-b1"}, 0, _parse)
     assert valid == {"b": "b1"}
-    assert collector.receipts == {"b": text_digest("sealed-b1")[:32]}  # a's is gone
+    assert collector.receipts == {"b": _receipt("sealed-b1")}  # a's is gone
 
 
 def test_each_refused_text_is_logged_once_with_its_reason(caplog) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+from _upload_attacks import receipt
 import numpy as np
 import optuna
 from optuna.distributions import FloatDistribution
@@ -413,6 +414,22 @@ def test_statistics_sent_again_go_by_digest_and_pool_exactly_as_in_full() -> Non
     assert report.contributors == ("c0", "c1") and report.rejected == ()
     _, mean = select_posterior([unpack_blocks(first, M), unpack_blocks(fresh, M)])
     np.testing.assert_allclose(fed.latest_broadcast().vectors[0], mean, atol=1e-12)
+
+
+def test_statistics_sent_again_are_named_by_the_receipt_of_their_upload() -> None:
+    """By the receipt of the upload that carried them in full (which the participant and the
+    server each have at no cost), not by a digest of the vector (a pass over it each side)."""
+    fed = _federation(n_clients=1)
+    server = FederationServer(fed, discard_uploads=False)
+    first = _packed(fed, 0)
+    fed.upload("c0", first, n_observations=6, iteration=0)
+    server.step()
+    fed.upload("c0", first, n_observations=7, iteration=1)
+    record, _ = split_frame(fed.read_upload(1, "c0"))
+    assert record["same_as"] == receipt(fed.trust, fed.store.read_uploads(0)["c0"])
+    assert record["same_as"] != vector_digest(first)
+    report = server.step()
+    assert report.contributors == ("c0",) and report.rejected == ()
 
 
 def test_a_new_server_gets_the_statistics_in_full_again() -> None:

@@ -259,7 +259,9 @@ def test_upload_counters_grow_across_workers_whatever_their_clocks(tmp_path, mon
     ahead, behind = Federation.load(fed.name, storage), Federation.load(fed.name, storage)
     key = fed.public_key_of("site-0")
     collector = UploadCollector(  # the server's replay check, fed each upload as it lands
-        lambda c, t, r: fed.trust.open_upload_bytes(t, client_id=c, public_key=key, round_index=r)
+        lambda c, t, r: fed.trust.open_upload_with_receipt(
+            t, client_id=c, public_key=key, round_index=r
+        )
     )
     counters, rejected = [], []
     for worker, skew in ((ahead, 0), (behind, -3600 * 10**9), (ahead, 0), (behind, -3600 * 10**9)):
@@ -270,6 +272,6 @@ def test_upload_counters_grow_across_workers_whatever_their_clocks(tmp_path, mon
         text = fed.store.read_uploads(0)["site-0"]
         counters.append(fed.trust.check_upload(text, client_id="site-0", public_key=key,
                                                round_index=0)[0])  # fmt: skip
-        rejected += collector.collect({"site-0": text}, 0, lambda c, p: p)[1]
+        rejected += collector.collect({"site-0": text}, 0, lambda c, p, r: p)[1]
     assert counters == sorted(set(counters))  # never repeated, never backwards
     assert rejected == []  # no upload of a worker taken for a replay

@@ -16,6 +16,7 @@ from _trust_federation import federation
 from _trust_federation import M
 from _trust_federation import publish
 from _trust_federation import upload_all
+from _upload_attacks import receipt
 import numpy as np
 import pytest
 
@@ -29,7 +30,6 @@ from optuna_fedbo.federation.records import CONFIG_KEY
 from optuna_fedbo.federation.records import CONFIG_SIGNATURE_KEY
 from optuna_fedbo.federation.records import LATEST_KEY
 from optuna_fedbo.federation.records import SERVER_KEY
-from optuna_fedbo.federation.trust import text_digest
 from optuna_fedbo.federation.watermark import LedgerRollbackError
 from optuna_fedbo.federation.watermark import ParticipantMark
 from optuna_fedbo.federation.watermark import ServerMark
@@ -282,7 +282,7 @@ def test_a_round_recovered_from_the_ledger_carries_its_receipts(tmp_path, monkey
     restarted = FederationServer(Federation.load(fed.name, fed.storage))
     assert restarted.step().reason == "resumed"
     (broadcast,) = [b for b in fed.store.broadcasts() if b.round == 0]
-    assert set(broadcast.receipts) == {text_digest(text)[:32] for text in sent}
+    assert set(broadcast.receipts) == {receipt(fed.trust, text) for text in sent}
     assert len(broadcast.receipts) == 3  # so no participant re-sends its vector to round 1
     assert len(fed.ledger_entries()) == 1  # one release, no new noise
 

@@ -5,6 +5,7 @@ any decoding, and their bytes are indistinguishable from random ones (real proce
 from __future__ import annotations
 
 import base64
+import hashlib
 import itertools
 import json
 import logging
@@ -26,6 +27,7 @@ from optuna_fedbo.federation import Federation
 from optuna_fedbo.federation import FederationServer
 from optuna_fedbo.federation import FedPNEConfig
 from optuna_fedbo.federation import FTSConfig
+from optuna_fedbo.federation._codec import canonical_json
 from optuna_fedbo.federation._codec import split_frame
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.fts.messages import encode_upload
@@ -33,6 +35,7 @@ from optuna_fedbo.federation.keys import ParticipantKey
 from optuna_fedbo.federation.keys import ServerKeys
 from optuna_fedbo.federation.trust import _SUITE
 from optuna_fedbo.federation.trust import MAX_UPLOAD_CHARS
+from optuna_fedbo.federation.trust import text_digest
 from optuna_fedbo.federation.trust import Trust
 
 M = 6
@@ -100,13 +103,13 @@ def test_a_spy_recovers_nothing_from_stored_uploads_by_any_decoding() -> None:
     plaintext = fed.trust.open_upload_bytes(
         text, client_id="c0", public_key=fed.public_key_of("c0"), round_index=0
     )[1]
-    envelope = json.loads(text)
+    header, _ = attacks.envelope(text)
     for encode in (
         lambda b: base64.b64encode(b),
         lambda b: base64.urlsafe_b64encode(zlib.compress(b)),
         lambda b: base64.b64encode(lzma.compress(b)),
     ):
-        leaked = json.dumps({**envelope, "ct": encode(plaintext).decode()})
+        leaked = attacks.stored_upload(header, encode(plaintext).decode())
         assert attacks.recover(leaked, attacks.secrets_of(omega)) != []
     raw = json.dumps({"ct": base64.b64encode(omega.astype("<f4").tobytes()).decode()})
     assert attacks.recover(raw, attacks.secrets_of(omega)) != []
@@ -126,9 +129,9 @@ def test_stored_uploads_are_indistinguishable_from_random_bytes() -> None:
     assert len(a) == len(b) and sum(x == y for x, y in zip(a, b)) < 16
     # The test is not blind: the same bytes merely encoded are told apart at once.
     plain = [fed.trust.open_upload_bytes(
-        text, client_id=json.loads(text)["client"],
-        public_key=fed.public_key_of(json.loads(text)["client"]),
-        round_index=json.loads(text)["round"],
+        text, client_id=attacks.envelope(text)[0]["client"],
+        public_key=fed.public_key_of(attacks.envelope(text)[0]["client"]),
+        round_index=attacks.envelope(text)[0]["round"],
     )[1] for text, _ in sent]  # fmt: skip
     assert max(attacks.randomness(plain)) < 0.6
     xored = [bytes(c ^ 0x5A for c in p) for p in plain]
@@ -139,8 +142,9 @@ def test_uploads_are_ciphertexts_that_only_the_server_opens() -> None:
     fed = _federation()
     fed.upload("c0", _omega(0), n_observations=3, iteration=0)
     stored = fed.store.read_uploads(0)["c0"]
-    envelope = json.loads(stored)
-    assert set(envelope) == {"v", "client", "round", "counter", "after", "ct", "sig"}
+    envelope, ciphertext = attacks.envelope(stored)
+    assert set(envelope) == {"v", "client", "round", "counter", "after", "sig"}
+    assert stored == f"{canonical_json(envelope)}\n{ciphertext}"  # a header line, then base64
     assert '"omega"' not in stored and '"f8"' not in stored
     assert split_frame(fed.read_upload(0, "c0"))[0]["client"] == "c0"
     # Anyone can check the envelope's signature, but a key other than the server's cannot open
@@ -199,28 +203,71 @@ def test_forged_copied_and_oversized_uploads_are_rejected(attack: str, caplog) -
     assert report.contributors == ("c0",) and reason in dict(report.rejected)["c1"]
 
 
+def _flip(ciphertext: str) -> str:
+    """The base64 ciphertext with one character changed (still base64)."""
+    return ciphertext[:10] + ("A" if ciphertext[10] != "A" else "B") + ciphertext[11:]
+
+
 @pytest.mark.parametrize(
-    "tamper",
+    ("tamper", "reason"),
     [
-        pytest.param(lambda e: {**e, "v": 2}, id="unknown format"),
-        pytest.param(lambda e: {**e, "counter": float(e["counter"])}, id="float counter"),
-        pytest.param(lambda e: {**e, "counter": True}, id="bool counter"),
-        pytest.param(lambda e: {**e, "round": 0.0}, id="float round"),
-        pytest.param(lambda e: [e], id="not an object"),
+        pytest.param(lambda e, c: ({**e, "v": 1}, c), "not a sealed upload", id="format 1"),
+        pytest.param(lambda e, c: ({**e, "v": 3}, c), "not a sealed upload", id="format 3"),
+        pytest.param(
+            lambda e, c: ({**e, "counter": float(e["counter"])}, c),
+            "not a sealed upload",
+            id="float counter",
+        ),
+        pytest.param(
+            lambda e, c: ({**e, "counter": True}, c), "not a sealed upload", id="bool counter"
+        ),
+        pytest.param(
+            lambda e, c: ({**e, "round": 0.0}, c), "not a sealed upload", id="float round"
+        ),
+        pytest.param(lambda e, c: ([e], c), "not a sealed upload", id="not an object"),
+        pytest.param(lambda e, c: (e, c + "\n"), "not a sealed upload", id="two lines"),
+        pytest.param(lambda e, c: (e, c[:8] + "\n" + c[8:]), "not a sealed upload", id="split"),
+        pytest.param(lambda e, c: (e, c + "A"), "not a sealed upload", id="not base64"),
+        pytest.param(
+            lambda e, c: (e, _flip(c)), "not signed by the enrolled key", id="ciphertext"
+        ),
+        pytest.param(
+            lambda e, c: ({**e, "after": "x"}, c), "not signed by the enrolled key", id="opening"
+        ),
+        pytest.param(
+            lambda e, c: ({**e, "counter": e["counter"] + 1}, c),
+            "not signed by the enrolled key",
+            id="counter",
+        ),
     ],
 )
-def test_a_genuine_upload_with_a_rewritten_envelope_is_rejected(tamper, caplog) -> None:
+def test_a_genuine_upload_with_a_rewritten_envelope_is_rejected(tamper, reason, caplog) -> None:
     """The envelope's format, round and counter fields are not covered by the signature as
-    such (the counter is signed as an integer): a rewritten one is refused, never coerced."""
+    such (the counter is signed as an integer): a rewritten one is refused, never coerced; nor
+    is one whose framing (one header line, then base64) is broken, or whose signed parts were
+    changed."""
     fed = _federation()
     server = FederationServer(fed)
     fed.upload("c0", _omega(0), n_observations=3, iteration=0)
     fed.upload("c1", _omega(1), n_observations=3, iteration=0)
-    envelope = json.loads(fed.store.read_uploads(0)["c1"])
-    fed.store.write_upload(0, "c1", json.dumps(tamper(envelope)))
+    header, ciphertext = attacks.envelope(fed.store.read_uploads(0)["c1"])
+    fed.store.write_upload(0, "c1", attacks.stored_upload(*tamper(header, ciphertext)))
     report = server.step(force=True)
     assert report.contributors == ("c0",)
-    assert "not a sealed upload" in dict(report.rejected)["c1"]
+    assert reason in dict(report.rejected)["c1"]
+
+
+def test_the_previous_envelope_format_is_refused() -> None:
+    """Format 1 (one JSON object, the ciphertext a field of it), even genuinely signed."""
+    fed = _federation()
+    header, ciphertext = attacks.envelope(
+        fed.trust.seal_upload(fed._participant_key("c0"), 0, 1, _payload(fed, "c0"))
+    )
+    key = {"client_id": "c0", "public_key": fed.public_key_of("c0"), "round_index": 0}
+    for v in (1, 2):
+        old = canonical_json({**header, "v": v, "ct": ciphertext})
+        with pytest.raises(UploadRejected, match="unknown envelope format"):
+            fed.trust.check_upload(old, **key)
 
 
 def test_the_size_bound_is_inclusive() -> None:
@@ -228,12 +275,12 @@ def test_the_size_bound_is_inclusive() -> None:
     content); one character more is refused for its size alone."""
     fed = _federation()
     genuine = fed.trust.seal_upload(fed._participant_key("c0"), 0, 1, _payload(fed, "c0"))
-    envelope = json.loads(genuine)
-    padding = MAX_UPLOAD_CHARS - len(json.dumps({**envelope, "pad": ""}))
-    at_bound = json.dumps({**envelope, "pad": "x" * padding})
+    envelope, ciphertext = attacks.envelope(genuine)
+    padding = MAX_UPLOAD_CHARS - len(attacks.stored_upload({**envelope, "pad": ""}, ciphertext))
+    at_bound = attacks.stored_upload({**envelope, "pad": "x" * padding}, ciphertext)
     assert len(at_bound) == MAX_UPLOAD_CHARS
     key = fed.public_key_of("c0")
-    counter, _, _ = fed.trust.check_upload(at_bound, client_id="c0", public_key=key, round_index=0)
+    counter = fed.trust.check_upload(at_bound, client_id="c0", public_key=key, round_index=0)[0]
     assert counter == 1
     with pytest.raises(UploadRejected, match="oversized"):
         fed.trust.check_upload(at_bound + " ", client_id="c0", public_key=key, round_index=0)
@@ -250,8 +297,8 @@ def test_an_upload_sealed_for_another_configuration_is_rejected() -> None:
     report = server.step(force=True)
     assert report.contributors == ("c0",)
     assert "not signed by the enrolled key" in dict(report.rejected)["c1"]
-    with pytest.raises(UploadRejected):
-        fed.trust.open_upload(
+    with pytest.raises(UploadRejected, match="not signed by the enrolled key"):
+        fed.trust.open_upload_bytes(
             text, client_id="c1", public_key=fed.public_key_of("c1"), round_index=0
         )
 
@@ -455,10 +502,102 @@ def test_the_server_opens_only_an_upload_sent_after_one_of_the_rounds_openings()
     fed = _federation()
     fed.upload("c0", _omega(0), n_observations=3, iteration=0)
     stored = fed.store.read_uploads(0)["c0"]
-    after = json.loads(stored)["after"]
+    after = attacks.envelope(stored)[0]["after"]
     key = {"client_id": "c0", "public_key": fed.public_key_of("c0"), "round_index": 0}
     counter, plaintext = fed.trust.open_upload_bytes(stored, openings={after, "another"}, **key)
-    assert counter == json.loads(stored)["counter"]
+    assert counter == attacks.envelope(stored)[0]["counter"]
     assert split_frame(plaintext)[0]["client"] == "c0"
     with pytest.raises(UploadRejected, match="written before round 0 opened"):
         fed.trust.open_upload_bytes(stored, openings={"another"}, **key)
+
+
+def test_an_uploads_receipt_is_the_digest_of_what_its_participant_signed() -> None:
+    """Sealing and checking give one receipt without a pass over the stored text: a digest
+    prefix of the signed binding and ciphertext digest. Another upload (counter, or the same
+    one sealed again) has another; the same upload re-encoded keeps it."""
+    fed = _federation()
+    key, public = fed._participant_key("c0"), fed.public_key_of("c0")
+    payload = _payload(fed, "c0")
+    text, receipt = fed.trust.seal_upload_with_receipt(key, 0, 5, payload, "")
+
+    def checked(stored: str) -> tuple:
+        return fed.trust.check_upload(stored, client_id="c0", public_key=public, round_index=0)
+
+    assert checked(text)[3] == receipt == attacks.receipt(fed.trust, text)
+    assert len(receipt) == 32 and receipt != text_digest(text)[:32]
+    opened = fed.trust.open_upload_with_receipt(
+        text, client_id="c0", public_key=public, round_index=0
+    )
+    assert opened == (5, payload, receipt)
+    others = {
+        fed.trust.seal_upload_with_receipt(key, 0, 6, payload, "")[1],  # another counter
+        fed.trust.seal_upload_with_receipt(key, 0, 5, payload, "")[1],  # sealed again
+        fed.trust.seal_upload_with_receipt(key, 0, 5, payload, "after")[1],  # another opening
+    }
+    assert len(others) == 3 and receipt not in others
+    respaced = attacks.stored_upload(*attacks.envelope(text), separators=(", ", ": "))
+    assert respaced != text and checked(respaced)[3] == receipt
+
+
+def test_a_participant_knows_its_receipt_without_hashing_its_stored_text(monkeypatch) -> None:
+    """The receipt the participant checks broadcasts against is the one sealing gave."""
+    fed = _federation()
+    server = FederationServer(fed)
+    hashed: list[int] = []
+    real = hashlib.sha256
+
+    def counted(data: bytes = b""):  # noqa: ANN202
+        hashed.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(hashlib, "sha256", counted)
+    receipt = fed.send_upload("c0", 0, _payload(fed, "c0"))
+    stored = fed.store.read_uploads(0)["c0"]
+    assert receipt == attacks.receipt(fed.trust, stored)
+    assert len(stored) not in hashed  # the stored text is never hashed whole
+    monkeypatch.undo()
+    fed.upload("c1", _omega(1), n_observations=3, iteration=0)
+    server.step(force=True)
+    (broadcast,) = fed.store.broadcasts()
+    assert receipt in broadcast.receipts
+
+
+class _Unhashable(str):
+    """A sealed upload that must never be hashed (a dictionary key): a pass over 0.4 MB."""
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:
+        raise AssertionError("a sealed upload was hashed")
+
+
+def test_a_participant_recognises_its_own_upload_in_the_slot_without_hashing_it(
+    monkeypatch,
+) -> None:
+    fed = _federation()
+    real = Trust.seal_upload_with_receipt
+
+    def unhashable(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        text, receipt = real(self, *args, **kwargs)
+        return _Unhashable(text), receipt
+
+    monkeypatch.setattr(Trust, "seal_upload_with_receipt", unhashable)
+    for i in range(3):  # each finds the one before it in the slot, and replaces it
+        fed.upload("c0", _omega(i), n_observations=3, iteration=0)
+    stored = fed.store.read_uploads(0)["c0"]
+    assert isinstance(stored, _Unhashable)  # what was compared is what was sealed
+    monkeypatch.undo()
+    opened = fed.trust.open_upload_bytes(
+        str(stored), client_id="c0", public_key=fed.public_key_of("c0"), round_index=0
+    )[1]
+    assert split_frame(opened)[1] == _omega(2).astype("<f8").tobytes()
+
+
+def test_seal_upload_seals_its_plaintext_bound_to_its_opening() -> None:
+    fed = _federation()
+    payload = _payload(fed, "c0")
+    text = fed.trust.seal_upload(fed._participant_key("c0"), 0, 7, payload, "the opening")
+    header, _ = attacks.envelope(text)
+    assert (header["counter"], header["after"]) == (7, "the opening")
+    key = {"client_id": "c0", "public_key": fed.public_key_of("c0"), "round_index": 0}
+    assert fed.trust.open_upload_bytes(text, openings={"the opening"}, **key) == (7, payload)

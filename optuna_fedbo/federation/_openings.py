@@ -9,7 +9,7 @@ that the server published. Nobody but the server can sign that record, and it ex
 round before is decided, so an upload prepared in advance for a later round -- by a participant
 for itself, or by anyone pre-creating a later round's uploads study -- never counts, whichever
 protocol runs (both servers open uploads through
-:meth:`~optuna_fedbo.federation.server.FederationServer._open_upload`).
+:meth:`~optuna_fedbo.federation.server.FederationServer._open_upload_with_receipt`).
 """
 
 from __future__ import annotations

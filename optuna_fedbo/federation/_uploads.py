@@ -7,7 +7,6 @@ from collections.abc import Callable
 from collections.abc import Mapping
 import hashlib
 import time
-from typing import Any
 from typing import Generic
 from typing import TypeVar
 
@@ -28,23 +27,25 @@ class UploadCollector(Generic[Parsed]):
     valid one arrived, the newest counter of each participant, and receipts.
 
     Args:
-        open_upload: ``(client_id, stored text, round) -> (counter, plaintext)``: checks the
-            participant's enrollment, the size bound, the signature and the binding, and
-            decrypts (the plaintext as text, or bytes for a binary frame); raises
-            :class:`UploadRejected`.
+        open_upload: ``(client_id, stored text, round) -> (counter, plaintext, receipt)``:
+            checks the participant's enrollment, the size bound, the signature and the
+            binding, and decrypts (the plaintext as bytes); the receipt is
+            :func:`~optuna_fedbo.federation.trust.upload_receipt`'s, what the participant
+            computed of what it sent; raises :class:`UploadRejected`.
     """
 
-    def __init__(self, open_upload: Callable[[str, str, int], tuple[int, str | bytes]]) -> None:
+    def __init__(self, open_upload: Callable[[str, str, int], tuple[int, bytes, str]]) -> None:
         self._open = open_upload
-        # Each participant's last stored text, what it parsed to and the text's receipt: a
-        # server polls the open round many times, and a pooled upload is several hundred
-        # kilobytes to open, parse and digest.
+        # Each participant's last stored text, what it parsed to and its receipt (of a refused
+        # text: its digest, to log it once): a server polls the open round many times, and a
+        # pooled upload is several hundred kilobytes to open and parse.
         self._parsed: dict[str, tuple[str, Parsed | UploadRejected, str]] = {}
         self._logged: set[tuple[int, str, str]] = set()
         self._counters: dict[str, int] = {}
         #: Monotonic time at which the open round's first valid upload was seen.
         self.first_seen: float | None = None
-        #: Receipt (digest prefix of the stored text) of each valid upload of the open round.
+        #: Receipt (:func:`~optuna_fedbo.federation.trust.upload_receipt`) of each valid upload
+        #: of the open round.
         self.receipts: dict[str, str] = {}
 
     def reset(self) -> None:
@@ -66,7 +67,7 @@ class UploadCollector(Generic[Parsed]):
         self,
         raw: Mapping[str, str],
         round_index: int,
-        parse: Callable[[str, Any], Parsed],
+        parse: Callable[[str, bytes, str], Parsed],
         where: str = "",
     ) -> tuple[dict[str, Parsed], tuple[tuple[str, str], ...]]:
         """Parse ``raw`` (participant id -> stored text) into valid uploads and rejections.
@@ -74,7 +75,8 @@ class UploadCollector(Generic[Parsed]):
         Args:
             raw: The round's raw uploads.
             round_index: The round (for messages).
-            parse: ``(client_id, plaintext) -> parsed upload``; raises :class:`UploadRejected`.
+            parse: ``(client_id, plaintext, receipt) -> parsed upload``; raises
+                :class:`UploadRejected`.
             where: Extra context for the rejection warning (e.g. the phase).
 
         Returns:
@@ -88,21 +90,21 @@ class UploadCollector(Generic[Parsed]):
                 outcome, receipt = cached[1], cached[2]
             else:
                 try:
-                    counter, plaintext = self._open(client_id, text, round_index)
+                    counter, plaintext, receipt = self._open(client_id, text, round_index)
                     newest = self._counters.get(client_id)
                     if newest is not None and counter < newest:
                         raise UploadRejected(
                             f"replayed (counter {counter} is older than {newest}, already seen)"
                         )
-                    outcome = parse(client_id, plaintext)
+                    outcome = parse(client_id, plaintext, receipt)
                     self._counters[client_id] = counter
                 except UploadRejected as error:
                     outcome = error
-                receipt = hashlib.sha256(str(text).encode()).hexdigest()
+                    receipt = hashlib.sha256(str(text).encode()).hexdigest()
                 self._parsed[client_id] = (text, outcome, receipt)
             if not isinstance(outcome, UploadRejected):
                 valid[client_id] = outcome
-                self.receipts[client_id] = receipt[:32]
+                self.receipts[client_id] = receipt
                 continue
             self.receipts.pop(client_id, None)
             rejected.append((client_id, str(outcome)))

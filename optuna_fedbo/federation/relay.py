@@ -19,7 +19,6 @@ from optuna_fedbo.federation.dp_config import DPConfig
 from optuna_fedbo.federation.secagg.config import no_single_upload
 from optuna_fedbo.federation.site_counter import UploadSender
 from optuna_fedbo.federation.store import FederationStore
-from optuna_fedbo.federation.trust import text_digest
 from optuna_fedbo.federation.trust import text_of
 from optuna_fedbo.federation.trust import Trust
 from optuna_fedbo.federation.watermark import check_participant
@@ -46,7 +45,7 @@ class Relay:
         round_index: int,
         payload: str | bytes,
         resend: Any = None,
-    ) -> None:
+    ) -> str:
         """Seal ``payload`` to the server, sign it as ``client_id`` and write it to the round.
 
         Args:
@@ -56,6 +55,10 @@ class Relay:
             resend: ``() -> None`` that sends the upload again to the open round, called if
                 the broadcast of ``round_index`` shows that the upload missed it (arrived after
                 the server closed the round); ``None``: only warn.
+
+        Returns:
+            The upload's receipt (:func:`~optuna_fedbo.federation.trust.upload_receipt`): what
+            the round's broadcast lists if the server received the upload in time.
 
         Raises:
             ValueError: If the participant cannot sign, the sealed upload is over the bound, or
@@ -67,9 +70,10 @@ class Relay:
         if self._privacy is not None:
             check_participant(self)  # never into a federation that went backwards
         opening = opening_for(self._store, round_index)
-        sealed = self._sender.send(key, round_index, payload, opening)  # :mod:`.site_counter`
+        receipt = self._sender.send(key, round_index, payload, opening)[1]  # :mod:`.site_counter`
         with self._lock:
-            self._sent[client_id] = (round_index, text_digest(sealed)[:32], resend)
+            self._sent[client_id] = (round_index, receipt, resend)
+        return receipt
 
     def has_sent(self, client_id: str, round_index: int) -> bool:
         """Whether the round holds an upload signed by ``client_id`` (its own, not a forgery)."""

@@ -53,7 +53,6 @@ from optuna_fedbo.federation.lease import lease_book
 from optuna_fedbo.federation.lifecycle import FederationSummary
 from optuna_fedbo.federation.protocol import get_protocol
 from optuna_fedbo.federation.store import ServerSupersededError
-from optuna_fedbo.federation.trust import text_of
 from optuna_fedbo.federation.watermark import guard_server
 from optuna_fedbo.privacy._rng import INSECURE_NOISE_SEED
 from optuna_fedbo.privacy._rng import refuse_insecure_noise_seed
@@ -368,18 +367,21 @@ class FederationServer:
         """This server's epoch: how many servers had started on the federation before it, + 1."""
         return self._epoch
 
-    def _open_upload(self, client_id: str, text: str, round_index: int) -> tuple[int, str]:
-        """Check and open one stored upload: ``(counter, plaintext)`` (see ``Trust``); one
-        written before its round opened is refused (see ``_openings``)."""
-        counter, plaintext = self._open_upload_bytes(client_id, text, round_index)
-        return counter, text_of(plaintext)
-
     def _open_upload_bytes(self, client_id: str, text: str, round_index: int) -> tuple[int, bytes]:
-        """:meth:`_open_upload` for a plaintext of bytes (secure aggregation's messages)."""
+        """:meth:`_open_upload_with_receipt` without the receipt (secure aggregation's
+        messages)."""
+        return self._open_upload_with_receipt(client_id, text, round_index)[:2]
+
+    def _open_upload_with_receipt(
+        self, client_id: str, text: str, round_index: int
+    ) -> tuple[int, bytes, str]:
+        """Check and open one stored upload: ``(counter, plaintext, receipt)`` (see ``Trust``;
+        what :class:`~optuna_fedbo.federation._uploads.UploadCollector` opens with); one
+        written before its round opened is refused (see ``_openings``)."""
         public_key = self.federation.public_key_of(client_id)
         if public_key is None:
             raise UploadRejected("unknown participant (not enrolled)")
-        return self.federation.trust.open_upload_bytes(
+        return self.federation.trust.open_upload_with_receipt(
             text,
             client_id=client_id,
             public_key=public_key,

@@ -62,22 +62,24 @@ def write_newest(
     client_id: str,
     counter: int,
     write: Callable[[], None],
-    own: dict[str, int] | None = None,
+    own: tuple[tuple[str, int], ...] = (),
 ) -> None:
     """Call ``write`` (the upload with ``counter``) unless the round's slot holds a newer upload
     of the participant already, then again while the slot holds an older one (another worker's,
     written later). Skipping costs nothing lasting: the worker's next upload counts.
 
-    ``own`` maps texts this process sealed to their counters: a slot holding one of them
+    ``own`` holds ``(text, counter)`` of texts this process sealed: a slot holding one of them
     exactly is not checked again (a pooled upload is hundreds of kilobytes: parsing and
-    verifying it twice took a fifth of a participant's trial)."""
+    verifying it twice took a fifth of a participant's trial; they are compared, never hashed
+    as dictionary keys, which is another pass over each)."""
 
     def stored() -> int | None:
         text = store.read_uploads(round_index).get(client_id)
         if text is None:
             return None
-        if own is not None and text in own:
-            return own[text]
+        for sealed, sealed_counter in own:
+            if text == sealed:
+                return sealed_counter
         try:
             return trust.check_upload(
                 text, client_id=client_id, public_key=public_key, round_index=round_index
@@ -109,13 +111,14 @@ class UploadSender:
         self._trust = trust
         self._lock = threading.Lock()
         self._floor = 0
-        # Each participant's newest sealed upload: (client, round) -> {text: counter}.
-        self._sealed: dict[tuple[str, int], dict[str, int]] = {}
+        # Each participant's newest sealed upload: (client, round) -> (text, counter).
+        self._sealed: dict[tuple[str, int], tuple[str, int]] = {}
 
     def send(
         self, key: ParticipantKey, round_index: int, payload: str | bytes, opening: str
-    ) -> str:
-        """Seal ``payload`` as ``key``'s upload to ``round_index`` and write it; the sealed text.
+    ) -> tuple[str, str]:
+        """Seal ``payload`` as ``key``'s upload to ``round_index`` and write it: ``(sealed text,
+        receipt)`` (:func:`~optuna_fedbo.federation.trust.upload_receipt`).
 
         Raises:
             ValueError: If the sealed upload is over the bound (nothing is written).
@@ -125,7 +128,9 @@ class UploadSender:
         with self._lock:
             counter = next_counter(self._store, client_id, self._floor)
             self._floor = max(self._floor, counter)
-            sealed = self._trust.seal_upload(key, round_index, counter, payload, opening)
+            sealed, receipt = self._trust.seal_upload_with_receipt(
+                key, round_index, counter, payload, opening
+            )
             if len(sealed) > MAX_UPLOAD_CHARS:
                 raise ValueError(
                     f"The upload of {client_id!r} has {len(sealed):,} characters sealed, over "
@@ -133,7 +138,7 @@ class UploadSender:
                 )
             # The slot holds this process's previous upload or this one, usually.
             previous = self._sealed.get((client_id, round_index))
-            own = {sealed: counter} if previous is None else {sealed: counter, **previous}
+            own = ((sealed, counter),) if previous is None else ((sealed, counter), previous)
             write_newest(
                 self._store,
                 self._trust,
@@ -144,10 +149,10 @@ class UploadSender:
                 lambda: write_to_open_round(self._store, round_index, client_id, sealed),
                 own,
             )
-            self._sealed = {(client_id, round_index): {sealed: counter}} | {
+            self._sealed = {(client_id, round_index): (sealed, counter)} | {
                 k: v for k, v in self._sealed.items() if k[0] != client_id
             }
-        return sealed
+        return sealed, receipt
 
 
 __all__ = ["UploadSender", "next_counter", "write_newest"]

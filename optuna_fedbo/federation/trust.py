@@ -32,7 +32,6 @@ from typing import Final
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hpke
 
-from optuna_fedbo.federation._codec import base64_text
 from optuna_fedbo.federation._codec import canonical_json
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.keys import b64
@@ -46,7 +45,10 @@ from optuna_fedbo.federation.keys import verify_signature
 #: of ``M = 100`` features is about 1,600; a Fed-PNE phase of 10,000 nodes about 500,000.
 MAX_UPLOAD_CHARS: Final[int] = 1_000_000
 
-ENVELOPE_FORMAT: Final[int] = 1
+#: The format of a stored upload: 2, a canonical JSON header (format, participant, round,
+#: counter, opening, signature), a newline, then the ciphertext in base64 (1 was one JSON object,
+#: the ciphertext one of its fields: a JSON scan of the ciphertext's base64 at every check).
+ENVELOPE_FORMAT: Final[int] = 2
 _SUITE = hpke.Suite(hpke.KEM.X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.CHACHA20_POLY1305)
 
 
@@ -57,6 +59,25 @@ class UntrustedRecordError(ValueError):
 def text_digest(text: str) -> str:
     """SHA-256 hex digest of a stored text."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _signed_upload(context: bytes, sealed: bytes) -> bytes:
+    """What a participant signs of an upload: its binding context and its ciphertext's
+    digest."""
+    return context + b"\n" + hashlib.sha256(sealed).digest()
+
+
+def upload_receipt(signed: bytes) -> str:
+    """An upload's receipt: a digest prefix (32 hex digits) of what its participant signed
+    (:func:`_signed_upload`: the federation, configuration, round, participant, counter,
+    opening and the ciphertext's digest).
+
+    It names the upload as exactly as a digest of its stored text would (a text that verifies
+    with another receipt is another upload), and costs no pass over the ciphertext: the
+    participant and the server each hash the ciphertext once, to sign and to verify it, and
+    the receipt is a digest of that digest.
+    """
+    return hashlib.sha256(signed).hexdigest()[:32]
 
 
 def text_of(plaintext: bytes) -> str:
@@ -197,22 +218,35 @@ class Trust:
         """Seal ``plaintext`` (text, as UTF-8, or bytes) to the server and sign it as ``key``'s
         upload for ``round_index``, sent after the round's ``opening`` (see
         :mod:`~optuna_fedbo.federation._openings`)."""
+        return self.seal_upload_with_receipt(key, round_index, counter, plaintext, opening)[0]
+
+    def seal_upload_with_receipt(
+        self,
+        key: ParticipantKey,
+        round_index: int,
+        counter: int,
+        plaintext: str | bytes,
+        opening: str,
+    ) -> tuple[str, str]:
+        """:meth:`seal_upload`, and the upload's receipt (:func:`upload_receipt`):
+        ``(stored text, receipt)``."""
         context = self._upload_context(round_index, key.client_id, counter, opening)
         raw = plaintext.encode("utf-8") if isinstance(plaintext, str) else plaintext
         sealed = _SUITE.encrypt(raw, self.identity.sealing_public_key(), info=context)
-        digest = hashlib.sha256(sealed).digest()
-        signature = key.sign("upload", context + b"\n" + digest)
-        return canonical_json(
+        signed = _signed_upload(context, sealed)
+        signature = key.sign("upload", signed)
+        header = canonical_json(
             {
                 "v": ENVELOPE_FORMAT,
                 "client": key.client_id,
                 "round": int(round_index),
                 "counter": int(counter),
                 "after": opening,
-                "ct": base64_text(sealed),
                 "sig": b64(signature),
             }
         )
+        # Canonical JSON holds no newline (it escapes one in a string), nor does base64.
+        return f"{header}\n{b64(sealed)}", upload_receipt(signed)
 
     def check_upload(
         self,
@@ -222,7 +256,7 @@ class Trust:
         public_key: bytes,
         round_index: int,
         openings: Collection[str] | None = None,
-    ) -> tuple[int, bytes, bytes]:
+    ) -> tuple[int, bytes, bytes, str]:
         """Check an upload's envelope and signature without opening it (anyone can).
 
         Args:
@@ -234,7 +268,7 @@ class Trust:
                 follows none of them was written before the round opened.
 
         Returns:
-            ``(counter, sealed bytes, binding context)``.
+            ``(counter, sealed bytes, binding context, receipt)`` (:func:`upload_receipt`).
 
         Raises:
             UploadRejected: With the reason (oversized, malformed, another round or participant,
@@ -246,11 +280,12 @@ class Trust:
             raise UploadRejected(
                 f"oversized ({len(text):,} characters; the bound is {MAX_UPLOAD_CHARS:,})"
             )
+        header, newline, ciphertext = text.partition("\n")
         try:
-            record = json.loads(text)
+            record = json.loads(header)
         except ValueError:
             raise UploadRejected("not a sealed upload (malformed envelope)") from None
-        if not isinstance(record, dict) or record.get("v") != ENVELOPE_FORMAT:
+        if not newline or not isinstance(record, dict) or record.get("v") != ENVELOPE_FORMAT:
             raise UploadRejected("not a sealed upload (unknown envelope format)")
         counter = record.get("counter")
         upload_round = record.get("round")
@@ -268,18 +303,13 @@ class Trust:
                 f"sent for round {upload_round}, found in round {round_index} (a copy)"
             )
         try:
-            sealed = unb64(record.get("ct"), "ciphertext")
+            sealed = unb64(ciphertext, "ciphertext")
             signature = unb64(record.get("sig"), "signature", 64)
         except ValueError as error:
             raise UploadRejected(f"not a sealed upload ({error})") from None
         context = self._upload_context(round_index, client_id, counter, opening)
-        if not verify_signature(
-            public_key,
-            self.federation_id,
-            "upload",
-            context + b"\n" + hashlib.sha256(sealed).digest(),
-            signature,
-        ):
+        signed = _signed_upload(context, sealed)
+        if not verify_signature(public_key, self.federation_id, "upload", signed, signature):
             raise UploadRejected(
                 "not signed by the enrolled key of this participant (forged, or sent for "
                 "another federation or configuration)"
@@ -289,35 +319,7 @@ class Trust:
                 f"written before round {round_index} opened (it follows no published broadcast "
                 f"of round {round_index - 1}): only uploads to the open round count"
             )
-        return counter, sealed, context
-
-    def open_upload(
-        self,
-        text: Any,
-        *,
-        client_id: str,
-        public_key: bytes,
-        round_index: int,
-        openings: Collection[str] | None = None,
-    ) -> tuple[int, str]:
-        """Check and open an upload found under ``client_id``'s key of round ``round_index``
-        (sent after one of its ``openings``, if given).
-
-        Returns:
-            ``(counter, plaintext)``.
-
-        Raises:
-            UploadRejected: With the reason (see :meth:`check_upload`; or not sealed to this
-                server).
-        """
-        counter, plaintext = self.open_upload_bytes(
-            text,
-            client_id=client_id,
-            public_key=public_key,
-            round_index=round_index,
-            openings=openings,
-        )
-        return counter, text_of(plaintext)
+        return counter, sealed, context, upload_receipt(signed)
 
     def open_upload_bytes(
         self,
@@ -328,8 +330,33 @@ class Trust:
         round_index: int,
         openings: Collection[str] | None = None,
     ) -> tuple[int, bytes]:
-        """:meth:`open_upload` for a plaintext of bytes (``(counter, plaintext)``)."""
-        counter, sealed, context = self.check_upload(
+        """Check and open an upload found under ``client_id``'s key of round ``round_index``
+        (sent after one of its ``openings``, if given): ``(counter, plaintext)``.
+
+        Raises:
+            UploadRejected: With the reason (see :meth:`check_upload`; or not sealed to this
+                server).
+        """
+        return self.open_upload_with_receipt(
+            text,
+            client_id=client_id,
+            public_key=public_key,
+            round_index=round_index,
+            openings=openings,
+        )[:2]
+
+    def open_upload_with_receipt(
+        self,
+        text: Any,
+        *,
+        client_id: str,
+        public_key: bytes,
+        round_index: int,
+        openings: Collection[str] | None = None,
+    ) -> tuple[int, bytes, str]:
+        """:meth:`open_upload_bytes`, and the upload's receipt (:func:`upload_receipt`):
+        ``(counter, plaintext, receipt)``."""
+        counter, sealed, context, receipt = self.check_upload(
             text,
             client_id=client_id,
             public_key=public_key,
@@ -338,9 +365,10 @@ class Trust:
         )
         keys = self.require_server_keys()
         try:
-            return counter, _SUITE.decrypt(sealed, keys.sealing_private_key, info=context)
+            plaintext = _SUITE.decrypt(sealed, keys.sealing_private_key, info=context)
         except (InvalidTag, ValueError):
             raise UploadRejected("cannot be opened (not sealed to this server)") from None
+        return counter, plaintext, receipt
 
     # ------------------------------------------------------------------ sealed to the server
     def seal_to_server(self, info: bytes, plaintext: bytes) -> str:
@@ -400,4 +428,4 @@ def _split_signed(text: Any) -> tuple[dict[str, Any], bytes]:
         raise UntrustedRecordError(str(error)) from None
 
 
-__all__ = ["MAX_UPLOAD_CHARS", "Trust", "UntrustedRecordError", "text_digest"]
+__all__ = ["MAX_UPLOAD_CHARS", "Trust", "UntrustedRecordError", "text_digest", "upload_receipt"]

@@ -64,6 +64,7 @@ from optuna_fedbo.federation.fedpne.messages import parse_means_upload
 from optuna_fedbo.federation.server import FederationServer
 from optuna_fedbo.federation.server import RoundReport
 from optuna_fedbo.federation.store import FederationStore
+from optuna_fedbo.federation.trust import text_of
 from optuna_fedbo.federation.trust import UntrustedRecordError
 
 _logger = optuna.logging.get_logger(__name__)
@@ -198,7 +199,9 @@ class FedPNEServer(FederationServer):
         )
         self.channel = channel
         self._states = ServerStateStore(federation.store)
-        self._uploads: UploadCollector[dict[str, float]] = UploadCollector(self._open_upload)
+        self._uploads: UploadCollector[dict[str, float]] = UploadCollector(
+            self._open_upload_with_receipt
+        )
         self._open = 0
         self._state: dict[str, Any] = {}
         self._pending: _Pending | None = None
@@ -346,9 +349,9 @@ class FedPNEServer(FederationServer):
     def _collect(
         self, round_index: int, phase: Phase
     ) -> tuple[dict[str, dict[str, float]], tuple[tuple[str, str], ...]]:
-        def parse(client_id: str, text: str) -> dict[str, float]:
+        def parse(client_id: str, plaintext: bytes, receipt: str) -> dict[str, float]:
             return parse_means_upload(
-                text,
+                text_of(plaintext),
                 client_id=client_id,
                 round_index=round_index,
                 config_hash=self.federation.config_hash,

@@ -19,7 +19,6 @@ import optuna
 from optuna_fedbo.core.pooling import pooling_feature_maps
 from optuna_fedbo.core.rff import multiscale_range
 from optuna_fedbo.core.rff import RandomFourierFeatures
-from optuna_fedbo.federation._codec import vector_digest
 from optuna_fedbo.federation._damage import ErasureCheck
 from optuna_fedbo.federation.federation import Federation
 from optuna_fedbo.federation.fts.config import FTSConfig
@@ -40,11 +39,11 @@ _UPLOAD_ATTEMPTS = 3
 
 @dataclass(frozen=True)
 class _SentVector:
-    """A vector a participant sent in full: a read-only copy, its digest, round and the server
-    epoch then."""
+    """A vector a participant sent in full: a read-only copy, the receipt of the upload that
+    carried it (its name in a later upload's ``same_as``), round and the server epoch then."""
 
     vector: np.ndarray
-    digest: str
+    receipt: str
     round: int
     epoch: int
 
@@ -69,7 +68,7 @@ class FTSChannel:
         self._broadcast: Broadcast | None = None
         self._broadcast_trial: int | None = None
         # Pooled statistics: each participant's last vector sent in full, and (round, server
-        # epoch, re-send in full) of its last upload by digest when that came later.
+        # epoch, re-send in full) of its last upload by reference when that came later.
         self._sent_vectors: dict[str, _SentVector] = {}
         self._references: dict[str, tuple[int, int, Callable[[], None]]] = {}
         # Each participant's last upload: (round, re-send it), re-sent if it vanishes from its
@@ -159,7 +158,7 @@ class FTSChannel:
         """Block until round ``round_index`` (or a later one) is published, at most
         ``timeout`` seconds (``None``: until ``stop()``; one of them is required).
 
-        Statistics this process sent to that round by digest are re-sent in full as soon as a
+        Statistics this process sent to that round by reference are re-sent in full as soon as a
         new server has started (it does not hold them), and when the wait ends empty.
 
         Returns:
@@ -204,9 +203,9 @@ class FTSChannel:
 
         A second upload by the same participant in the same round replaces the first. With
         ``aggregation="pooled"``, a vector identical to the participant's last one, which went
-        to an earlier round, is sent as its digest only (the server holds it); if the server
-        does not use it (it restarted meanwhile), the vector itself is re-sent when this
-        process reads that round's broadcast.
+        to an earlier round, is sent by reference only (the receipt of the upload that carried
+        it: the server holds it); if the server does not use it (it restarted meanwhile), the
+        vector itself is re-sent when this process reads that round's broadcast.
 
         Args:
             client_id: The participant (must have joined).
@@ -248,8 +247,9 @@ class FTSChannel:
         *,
         by_reference: bool,
     ) -> int:
-        """Seal and write a checked upload; ``by_reference``: by digest where the server holds
-        it (the same vector went to an earlier round, and no server has started since)."""
+        """Seal and write a checked upload; ``by_reference``: by reference where the server holds
+        it (the same vector went to an earlier round, and no server has started since): named
+        by the receipt of the upload that carried it."""
         pooled = self.config.aggregation == "pooled"
 
         def resend() -> None:
@@ -265,12 +265,12 @@ class FTSChannel:
                 by_reference
                 and sent is not None
                 # The server holds the site's last vector, which another worker process of the
-                # site may have sent: only a site of one worker names its own by digest.
+                # site may have sent: only a site of one worker names its own by reference.
                 and lease_book(self.federation).live_workers(client_id) <= 1
                 and (sent.round < round_index and sent.epoch == epoch)
                 and np.array_equal(sent.vector, omega)
             ):
-                same_as = sent.digest
+                same_as = sent.receipt
             payload = encode_upload(
                 config_hash=self.federation.config_hash,
                 round_index=round_index,
@@ -281,7 +281,9 @@ class FTSChannel:
                 same_as=same_as,
             )
             try:
-                self.federation.send_upload(client_id, round_index, payload, resend=resend)
+                receipt = self.federation.send_upload(
+                    client_id, round_index, payload, resend=resend
+                )
             except Exception:
                 # The round closed between reading the pointer and writing (its uploads study
                 # is gone: KeyError, or on SQLite a StaleDataError while the server deletes
@@ -300,7 +302,7 @@ class FTSChannel:
                         vector = omega.copy()
                         vector.flags.writeable = False
                         self._sent_vectors[client_id] = _SentVector(
-                            vector, vector_digest(vector), round_index, epoch
+                            vector, receipt, round_index, epoch
                         )
                         self._references.pop(client_id, None)
             return round_index
@@ -318,7 +320,7 @@ class FTSChannel:
             return self._epoch
 
     def _resend_references(self, round_index: int, *, stalled: bool) -> None:
-        """Re-send in full the uploads to ``round_index`` that named statistics by digest, if a
+        """Re-send in full the uploads to ``round_index`` that named statistics by reference, if a
         server has started since (it does not hold them) or the round has ``stalled``."""
         with self._lock:
             pending = {c: r for c, r in self._references.items() if r[0] == round_index}

@@ -8,9 +8,10 @@ checks every field, so that a malformed, non-finite, wrong-length or foreign upl
 with a reason instead of reaching the aggregation.
 
 An upload whose vector is one the participant already sent in an earlier round (a pooled
-participant's statistics between refreshes, :mod:`optuna_fedbo.samplers`) carries its digest,
-``same_as``, and no vector bytes: the server resolves it against the vector it holds from that
-participant.
+participant's statistics between refreshes, :mod:`optuna_fedbo.samplers`) carries, as
+``same_as``, the receipt of the upload that sent it in full
+(:func:`~optuna_fedbo.federation.trust.upload_receipt`), and no vector bytes: the server resolves
+it against the vector it holds from that participant.
 """
 
 from __future__ import annotations
@@ -78,9 +79,9 @@ def encode_upload(
     tail the vector's little-endian float64 bytes.
 
     Args:
-        same_as: ``omega``'s :func:`~optuna_fedbo.federation._codec.vector_digest`, to send
-            instead of ``omega`` (the server holds it from an earlier round): the frame then
-            has no tail.
+        same_as: The receipt of the upload that sent ``omega`` in full to an earlier round
+            (:func:`~optuna_fedbo.federation.trust.upload_receipt`), to send instead of
+            ``omega`` (the server holds it): the frame then has no tail.
     """
     record: dict[str, Any] = {
         "format": UPLOAD_FORMAT,
@@ -168,9 +169,10 @@ def parse_upload(
         round_index: The round it was found in.
         config_hash: The federation's configuration hash.
         length: The vectors' length.
-        held: ``(digest, vector)`` of the newest vector the server holds from ``client_id``,
-            which an upload may name by its digest (``same_as``); ``None``: none. The vector
-            must be one this function returned (its values are not checked again).
+        held: ``(receipt, vector)`` of the newest vector the server holds from ``client_id``
+            and of the upload that carried it, which an upload may name by that receipt
+            (``same_as``); ``None``: none. The vector must be one this function returned (its
+            values are not checked again).
 
     Raises:
         UploadRejected: With the reason, if the upload must not be aggregated.

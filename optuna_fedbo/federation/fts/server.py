@@ -6,7 +6,7 @@ One round (DP-FTS-DE, Algorithm 1) is ``collect -> aggregate -> publish``:
    open it (only the server can), parse and check it (forged, copied, replayed, oversized,
    wrong configuration, unknown participant, wrong length, NaN/inf or absurd values,
    malformed: rejected and logged, never aggregated); with ``aggregation="pooled"``, an upload
-   may name by digest the statistics its participant sent before, which the server keeps (in
+   may name by reference the statistics its participant sent before, which the server keeps (in
    memory: after a restart such an upload is refused, and the participant re-sends them);
 2. *aggregate*: for ``aggregation="weighted"``, one vector per sub-region,
    ``omega^(i) = sum_n phi_n^(i) omega_n`` with DP-FTS-DE's softmax weights
@@ -54,7 +54,6 @@ from optuna_fedbo.core.pooling import unpack_blocks
 from optuna_fedbo.core.posterior import SufficientStatistics
 from optuna_fedbo.core.weights import subregion_weights
 from optuna_fedbo.core.weights import WeightSchedule
-from optuna_fedbo.federation._codec import vector_digest
 from optuna_fedbo.federation._uploads import UploadCollector
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.federation import Federation
@@ -119,13 +118,15 @@ class FTSServer(FederationServer):
             hold_rounds=fts.weight_hold_rounds,
             decay_rounds=fts.weight_decay_rounds,
         )
-        self._uploads: UploadCollector[Upload] = UploadCollector(self._open_upload_bytes)
+        self._uploads: UploadCollector[Upload] = UploadCollector(self._open_upload_with_receipt)
         # The newest statistics received from each participant (aggregation="pooled"), which
         # a later upload may name instead of repeating them (in memory only: after a restart
-        # such an upload is refused, and its participant re-sends the statistics): their
-        # digest, the packed vector and the checked statistics of each block.
+        # such an upload is refused, and its participant re-sends the statistics): the receipt
+        # of the upload that carried them (their name), the packed vector and the checked
+        # statistics of each block.
         self._held: dict[str, tuple[str, np.ndarray, list[SufficientStatistics]]] = {}
-        # (participants and digests, vectors, feature block) of the last pooled aggregation.
+        # (participants and the receipts naming their statistics, vectors, feature block) of
+        # the last pooled aggregation.
         self._last_pooled: tuple[tuple[tuple[str, str], ...], np.ndarray, int] | None = None
         # The pooling last chosen, kept while the same contributors' observations grow < 10%.
         self._pooling = KeptChoice()
@@ -322,7 +323,7 @@ class FTSServer(FederationServer):
         config_hash = self.federation.config_hash
         length = self._fts.upload_length
 
-        def parse(client_id: str, plaintext: bytes) -> Upload:
+        def parse(client_id: str, plaintext: bytes, receipt: str) -> Upload:
             held = self._held.get(client_id)
             upload = parse_upload(
                 plaintext,
@@ -333,12 +334,13 @@ class FTSServer(FederationServer):
                 held=None if held is None else held[:2],
             )
             if self._fts.aggregation == "pooled" and (held is None or upload.omega is not held[1]):
-                # New statistics (not the ones held, named by digest): check them, keep them.
+                # New statistics (not the ones held, named by their upload's receipt): check
+                # them, keep them under this upload's receipt (no pass over the vector).
                 try:
                     blocks = unpack_blocks(upload.omega, self._fts.n_features)
                 except ValueError as error:
                     raise UploadRejected(f"inconsistent statistics ({error})") from None
-                self._held[client_id] = (vector_digest(upload.omega), upload.omega, blocks)
+                self._held[client_id] = (receipt, upload.omega, blocks)
             return upload
 
         valid, rejected = self._uploads.collect(
