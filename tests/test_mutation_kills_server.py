@@ -49,6 +49,18 @@ def _upload_all(fed: Federation, round_index: int = 0) -> None:
         fed.upload(f"c{i}", omega, n_observations=3, iteration=round_index)
 
 
+def _c0_payload(fed: Federation, round_index: int) -> bytes:
+    """c0's upload of ones for ``round_index``, encoded (not yet sealed)."""
+    return encode_upload(
+        config_hash=fed.config_hash,
+        round_index=round_index,
+        client_id="c0",
+        omega=np.ones(M),
+        n_observations=3,
+        iteration=round_index,
+    )
+
+
 def _nothing_written(fed: Federation) -> bool:
     """No epoch claimed and no heartbeat: the refused server wrote nothing."""
     return fed.store.superseded(0) is None and fed.store.server_status() is None
@@ -103,14 +115,7 @@ def test_an_upload_sealed_before_its_round_opened_never_counts(caplog) -> None:
     _upload_all(fed)
     assert server.step().round == 0  # round 1 opens with the broadcast of round 0
     # c0's genuine upload for round 1, but sealed while round 0 was open (bound to its opening).
-    payload = encode_upload(
-        config_hash=fed.config_hash,
-        round_index=1,
-        client_id="c0",
-        omega=np.ones(M),
-        n_observations=3,
-        iteration=1,
-    )
+    payload = _c0_payload(fed, 1)
     early = fed.trust.seal_upload(fed._participant_key("c0"), 1, 1, payload, FIRST_OPENING)
     fed.store.write_upload(1, "c0", early)
     with caplog.at_level(logging.WARNING):
@@ -124,14 +129,7 @@ def test_the_server_opens_an_enrolled_participants_upload_with_its_receipt() -> 
     upload under an id that is not enrolled is refused before anything is checked."""
     fed = _federation()
     server = FederationServer(fed)
-    payload = encode_upload(
-        config_hash=fed.config_hash,
-        round_index=0,
-        client_id="c0",
-        omega=np.ones(M),
-        n_observations=3,
-        iteration=0,
-    )
+    payload = _c0_payload(fed, 0)
     receipt = fed.send_upload("c0", 0, payload)
     text = fed.store.read_uploads(0)["c0"]
     counter, plaintext, opened_receipt = server._open_upload_with_receipt("c0", text, 0)
