@@ -249,12 +249,11 @@ def _nothing_to_transfer() -> Iterator[None]:
         FTSServer._pool = pool  # type: ignore[method-assign]
 
 
-#: ``fed_solo``'s seeds are ``1000 seed + site + SOLO_SEED_OFFSET`` (``--solo-seed-offset``).
-SOLO_SEED_OFFSET = 0
-
-
-def run_method(problem: Problem, name: str, seed: int, n_trials: int) -> np.ndarray:
-    """Best true value so far, shape ``(sites, n_trials)``."""
+def run_method(
+    problem: Problem, name: str, seed: int, n_trials: int, *, solo_seed_offset: int = 0
+) -> np.ndarray:
+    """Best true value so far, shape ``(sites, n_trials)`` (``fed_solo``'s site-runs seeded
+    ``1000 seed + site + solo_seed_offset``)."""
     n_sites = len(problem.objectives)
     cache = None
     if name in STOCK:
@@ -286,7 +285,7 @@ def run_method(problem: Problem, name: str, seed: int, n_trials: int) -> np.ndar
                 search_space=problem.space,
                 n_rounds=n_trials - config.n_init,
                 protocol=config,
-                seed=1000 * seed + n + SOLO_SEED_OFFSET,
+                seed=1000 * seed + n + solo_seed_offset,
                 progress=False,
             )
             rows.append(true_values(result.studies[0], n_trials))
@@ -460,8 +459,6 @@ def main() -> None:
     parser.add_argument("--against", default="", help="pair with regrets kept by --save")
     parser.add_argument("--solo-seed-offset", type=int, default=0, help="reseed fed_solo")
     args = parser.parse_args()
-    global SOLO_SEED_OFFSET
-    SOLO_SEED_OFFSET = args.solo_seed_offset
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=ExperimentalWarning)
     if args.cost:
@@ -477,7 +474,9 @@ def main() -> None:
         curves = {}
         for name in methods:
             start = time.perf_counter()
-            curves[name] = run_method(problem, name, seed, args.trials)
+            curves[name] = run_method(
+                problem, name, seed, args.trials, solo_seed_offset=args.solo_seed_offset
+            )
             seconds[name] = seconds.get(name, 0.0) + (time.perf_counter() - start) / (
                 args.seeds * args.sites
             )
