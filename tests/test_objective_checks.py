@@ -125,6 +125,20 @@ def test_a_lone_site_is_told_its_broadcasts_held_only_its_own_trials(propagate, 
     assert "published in time" not in end
 
 
+def test_a_lone_sites_other_worker_leaves_out_the_broadcast_too() -> None:
+    # A second worker of the site (its own sampler, same client id) uploaded to no round: a
+    # one-site federation's broadcasts are the site's own all the same.
+    fed = _fts()
+    server = fb.FederationServer(fed)
+    sampler = fb.FedSampler(fed, client_id="a", seed=0, n_candidates=32, n_refinements=0)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    study.optimize(_objective, n_trials=4, callbacks=[lambda *_: server.step(force=True)])
+    broadcast = fed.latest_broadcast()
+    assert broadcast is not None and broadcast.n_contributors == 1
+    other_worker = fb.FedSampler(fed, client_id="a", seed=1, n_candidates=32, n_refinements=0)
+    assert other_worker._only_own(broadcast)
+
+
 def test_an_extra_parameter_is_warned_about_once(propagate, caplog) -> None:
     fed = _fts()
     sampler = fb.FedSampler(fed, client_id="a", seed=0, n_candidates=32, n_refinements=0)
