@@ -4,6 +4,7 @@ server's aggregation and checks, and the participant's upload."""
 from __future__ import annotations
 
 import logging
+import math
 
 from _upload_attacks import receipt
 import numpy as np
@@ -11,8 +12,10 @@ import optuna
 from optuna.distributions import FloatDistribution
 import pytest
 
+from optuna_fedbo.core.gp_fit import REFIT_GROWTH
 from optuna_fedbo.core.pooling import _PooledSums
 from optuna_fedbo.core.pooling import choose_posterior
+from optuna_fedbo.core.pooling import KeptChoice
 from optuna_fedbo.core.pooling import pack
 from optuna_fedbo.core.pooling import pack_blocks
 from optuna_fedbo.core.pooling import packed_blocks_length
@@ -511,20 +514,27 @@ def test_an_upload_by_digest_is_checked_at_the_boundary() -> None:
         parse(both, (vector_digest(vector), vector))
 
 
-def test_a_pooled_participant_refreshes_its_statistics_every_ten_percent(monkeypatch) -> None:
-    """Fresh statistics after every trial up to 11 observations, then once they have grown by
-    10%; in between the last ones again, by digest, and the server reuses its posterior."""
+def _counting_choices(monkeypatch) -> tuple[list[float], list[float]]:  # noqa: ANN001
+    """The pooled counts of every posterior the server computes, and of every new choice."""
     pooled, chosen = [], []
 
     def counted(statistics, keep=None, **options):  # noqa: ANN001, ANN003, ANN202
         pooled.append(statistics[0][0].count)
         if keep is None:
-            chosen.append(statistics[0][0].count)
+            chosen.append(sum(s[0].count for s in statistics))
         return choose_posterior(statistics, keep=keep, **options)
 
     monkeypatch.setattr("optuna_fedbo.core.pooling.choose_posterior", counted)
+    return pooled, chosen
+
+
+def _lone_federation(choose_again: bool) -> tuple[list[int], list[dict]]:
+    """30 trials of a one-participant federation (the server choosing the pooling again every
+    10% if ``choose_again``): the rounds with fresh statistics, and the trials' parameters."""
     fed = _federation(n_clients=1, n_init=2)
     server = FederationServer(fed, discard_uploads=False)
+    if choose_again:
+        server._pooling = KeptChoice()
     study = optuna.create_study(sampler=FedTransferSampler(fed, "c0", seed=0))
     previous = None
     fresh = []
@@ -537,11 +547,60 @@ def test_a_pooled_participant_refreshes_its_statistics_every_ten_percent(monkeyp
         else:
             np.testing.assert_array_equal(broadcast, previous)
         previous = broadcast
+    return fresh, [t.params for t in study.trials]
+
+
+def test_a_pooled_participant_refreshes_its_statistics_every_ten_percent(monkeypatch) -> None:
+    """Fresh statistics after every trial up to 11 observations, then once they have grown by
+    10%; in between the last ones again, by digest, and the server reuses its posterior. Alone
+    in its federation, the server chooses the pooling once and keeps it: its broadcasts serve
+    nobody, and the participant's trials are those it runs beside a server that chooses again
+    at every refresh."""
+    pooled, chosen = _counting_choices(monkeypatch)
+    fresh, params = _lone_federation(choose_again=False)
     assert fresh == [*range(1, 12), 13, 15, 17, 19, 21, 24, 27, 30]
     assert pooled == fresh
-    # Block, noise and offsets chosen again only once the observations grew by 10%: with
-    # statistics as fresh, at every refresh.
-    assert chosen == fresh
+    assert chosen == [1]
+    pooled.clear(), chosen.clear()
+    again, same_params = _lone_federation(choose_again=True)
+    assert again == fresh and chosen == fresh  # with statistics as fresh, at every refresh
+    assert same_params == params
+
+
+def test_a_server_of_two_participants_chooses_the_pooling_again_as_they_grow(
+    monkeypatch,
+) -> None:
+    """With two participants the server does not keep its first choice: block, noise and
+    offsets are chosen again as their observations grow (by 10% at least each time)."""
+    _, chosen = _counting_choices(monkeypatch)
+    fed = _federation(n_clients=2, n_init=2)
+    server = FederationServer(fed)
+    studies = [
+        optuna.create_study(sampler=FedTransferSampler(fed, f"c{i}", seed=i)) for i in range(2)
+    ]
+    for _ in range(8):
+        for study in studies:
+            study.optimize(lambda t: t.suggest_float("x", 0, 1) * t.suggest_float("y", 0, 1), 1)
+        server.step(force=True)
+    assert chosen == [2, 4, 6, 8, 10, 12, 14, 16]  # one observation each, then two, ...
+
+
+@pytest.mark.parametrize("growth", [REFIT_GROWTH, math.inf])
+def test_a_kept_choice_is_chosen_again_after_its_growth_or_for_other_contributors(
+    monkeypatch, growth
+) -> None:
+    _, chosen = _counting_choices(monkeypatch)
+    maps = pooling_feature_maps(RandomFourierFeatures(2, M, (0.05, 0.5), seed=3))
+    participants = [[_statistics(f, x, y) for f in maps] for x, y in _sites(None)]
+    kept = KeptChoice(growth)
+    choice, mean = kept.choose(participants, ["a", "b"], 20)
+    for count in (20, 21.9):
+        assert kept.choose(participants, ["b", "a"], count)[0] == choice
+    assert kept.keep(["a"], 20) is None
+    assert (kept.keep(["a", "b"], 22) is None) == (growth == REFIT_GROWTH)
+    assert (kept.keep(["a", "b"], 1e9) is None) == (growth == REFIT_GROWTH)
+    kept.choose(participants, ["a", "b"], 22)
+    assert len(chosen) == (2 if growth == REFIT_GROWTH else 1)
 
 
 # --------------------------------------------------------------------------- participant

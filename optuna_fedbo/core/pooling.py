@@ -522,19 +522,24 @@ class KeptChoice:
     and offsets chosen again (60 evidences, most of a round) only then, as a participant
     refits its GP's hyperparameters. The plain server and the secure one (which knows who
     contributed to the sum and its count) follow the same rule.
+
+    Args:
+        growth: The growth that calls for a new choice (``math.inf``: none, while the
+            contributors stay the same).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, growth: float = REFIT_GROWTH) -> None:
+        self._growth = growth
         self._held: tuple[tuple[str, ...], float, PoolingChoice] | None = None
 
     def keep(self, contributors: Iterable[str], count: float) -> PoolingChoice | None:
         """The held choice, if made for the same ``contributors`` at more than
-        ``count / REFIT_GROWTH`` observations; else ``None`` (choose again)."""
+        ``count / growth`` observations; else ``None`` (choose again)."""
         if self._held is None:
             return None
         chosen_by, chosen_at, choice = self._held
         same = chosen_by == tuple(sorted(contributors))
-        return choice if same and count < REFIT_GROWTH * chosen_at else None
+        return choice if same and count < self._growth * chosen_at else None
 
     def choose(
         self,
