@@ -78,7 +78,8 @@ ZOOM_MAX_COLUMNS = 4
 #: to +0.006 on the other three). From 20 on, paired at 30 trials (72 site-runs a family):
 #: +0.0029 +- 0.0022 on ``shifted`` (12 site-runs lower, 37 higher, on 0.0156), +0.0007 +-
 #: 0.0029 on ``rotated``, -0.0002 +- 0.0003 on ``gp2d-independent``, +0.0017 +- 0.0013 on
-#: ``gp2d-rough``; unmeasured beyond 30 trials.
+#: ``gp2d-rough``; at 40 / 50 / 60 trials (36 site-runs) -0.0033 +- 0.0020 / -0.0000 / -0.0000
+#: on ``shifted``, -0.0003 / -0.0001 / -0.0008 +- 0.0037 on ``rotated``.
 ZOOM_WITH_BROADCAST_FROM = 20
 #: From this many observations on, the participant's GP is refitted (and the broadcast weighed
 #: again) only once the observations have grown by 10%
