@@ -420,20 +420,24 @@ def test_the_participant_refits_from_ten_observations_on_and_searches_ten_iterat
 
 
 @pytest.mark.parametrize("n_columns", [2, 4, 5])
-def test_the_own_gp_alone_is_searched_by_zoom_up_to_four_columns(
+def test_the_participant_searches_by_zoom_up_to_four_columns(
     monkeypatch: pytest.MonkeyPatch, n_columns: int
 ) -> None:
     """Zoom rounds from the best candidates cost half of L-BFGS-B's time and reached as high a
-    log EI in 2-D and 4-D (in 6-D and 8-D they fell behind: ``ZOOM_MAX_COLUMNS``); with the
-    broadcast as prior mean L-BFGS-B stays (the zoom cost the federation regret there)."""
+    log EI in 2-D and 4-D (in 6-D and 8-D they fell behind: ``ZOOM_MAX_COLUMNS``). With the
+    broadcast as prior mean, L-BFGS-B searches up to ``ZOOM_WITH_BROADCAST_FROM`` observations
+    (the zoom cost regret before), then the zoom steps in the shorter of the GP's lengthscales
+    and the broadcast features' shortest one (in the GP's it lost log EI in 2-D)."""
     searches = []
     maximize_on_gp = _fed_transfer.maximize_on_gp
 
-    def recorded(acquisition, *args, **options):  # noqa: ANN001, ANN002, ANN003, ANN202
-        searches.append((acquisition._prior_mean is not None, options["local_search"]))
-        return maximize_on_gp(acquisition, *args, **options)
+    def recorded(acquisition, gp, *args, **options):  # noqa: ANN001, ANN002, ANN003, ANN202
+        searches.append((acquisition._prior_mean, gp.params.lengthscales, options))
+        return maximize_on_gp(acquisition, gp, *args, **options)
 
     monkeypatch.setattr(_fed_transfer, "maximize_on_gp", recorded)
+    assert _fed_transfer.ZOOM_WITH_BROADCAST_FROM == 20
+    monkeypatch.setattr(_fed_transfer, "ZOOM_WITH_BROADCAST_FROM", 6)  # within ten rounds
     space = {f"x{i}": FloatDistribution(0, 1) for i in range(n_columns)}
     centres = np.linspace(0.3, 0.6, n_columns)
 
@@ -441,12 +445,23 @@ def test_the_own_gp_alone_is_searched_by_zoom_up_to_four_columns(
         return lambda t: -sum((t.suggest_float(n, 0, 1) - c) ** 2 for n, c in zip(space, centre))
 
     simulate(
-        [bowl(centres), bowl(centres[::-1])],
-        search_space=space, n_rounds=10, protocol=FTSConfig(n_init=3), seed=0, progress=False,
+        [bowl(centres), bowl(centres + 0.05)],
+        search_space=space, n_rounds=12, protocol=FTSConfig(n_init=3), seed=0, progress=False,
     )  # fmt: skip
-    assert {with_prior for with_prior, _ in searches} == {False, True}
-    for with_prior, search in searches:
-        assert search == ("zoom" if not with_prior and n_columns <= 4 else "lbfgsb")
+    with_prior = [(o["n_observations"], p) for p, _, o in searches if p is not None]
+    assert min(n for n, _ in with_prior) < 6 <= max(n for n, _ in with_prior)
+    shortened = 0
+    for prior, lengthscales, options in searches:
+        zoom = n_columns <= 4 and (prior is None or options["n_observations"] >= 6)
+        assert options["local_search"] == ("zoom" if zoom else "lbfgsb")
+        if prior is None:
+            assert options["zoom_scales"] is None
+            continue
+        # The prior: the warped, weighted broadcast (WarpedFunction of a ScaledFunction).
+        shortest = prior._function._function.feature_map.lengthscales.min()
+        np.testing.assert_array_equal(options["zoom_scales"], np.minimum(lengthscales, shortest))
+        shortened += int(np.any(lengthscales > shortest))
+    assert shortened > 0  # the broadcast's features were the shorter somewhere
 
 
 def test_normalization_modes() -> None:

@@ -357,6 +357,51 @@ def test_the_search_budget_shrinks_only_in_large_studies() -> None:
     assert search_budget(1000, 16, 0) == (16, 0, 0)
 
 
+@pytest.mark.parametrize(
+    "local_search, n_observations, zoomed",
+    [("zoom", 25, True), ("lbfgsb", 25, False), ("zoom", LARGE_STUDY + 1, False)],
+)
+def test_zoom_scales_set_the_zoom_steps_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch, local_search: str, n_observations: int, zoomed: bool
+) -> None:
+    """``zoom_scales`` replace the lengthscales in the zoom rounds of ``local_search="zoom"``;
+    L-BFGS-B's scaling and a large study's zoom keep the lengthscales."""
+    import optuna_fedbo.core.gp_acquisition as gp_acquisition
+
+    X, y = _data(25)
+    gp = GaussianProcess(X, y, PARAMS)
+    acquisition = LogExpectedImprovement(gp, float(y.max()))
+    encoding = UnitCubeEncoding([Dimension("float"), Dimension("float")])
+    scales = []
+    maximize = gp_acquisition.maximize
+
+    def recorded(*args, **options):  # noqa: ANN002, ANN003, ANN202
+        scales.append(options["scales"])
+        return maximize(*args, **options)
+
+    monkeypatch.setattr(gp_acquisition, "maximize", recorded)
+    short = np.array([0.05, 0.1])
+    points = [
+        gp_acquisition.maximize_on_gp(
+            acquisition,
+            gp,
+            encoding,
+            np.random.default_rng(3),
+            X[np.argsort(-y)[:5]],
+            n_observations=n_observations,
+            n_candidates=128,
+            n_refinements=4,
+            local_search=local_search,
+            zoom_scales=zoom_scales,  # type: ignore[arg-type]
+        )  # fmt: skip
+        for zoom_scales in (None, short)
+    ]
+    np.testing.assert_array_equal(scales[0], PARAMS.lengthscales)
+    np.testing.assert_array_equal(scales[1], short if zoomed else PARAMS.lengthscales)
+    # The zoom's draws are scaled by them: another point (the same without a zoom).
+    assert np.array_equal(points[0], points[1]) != zoomed
+
+
 _BLAS_THREADS_CHECK = """
 import scipy.linalg  # both BLAS libraries (numpy's and scipy's) loaded before the first look
 from threadpoolctl import threadpool_info

@@ -198,6 +198,7 @@ def maximize_on_gp(
     n_refinements: int = 8,
     max_iterations: int = ACQUISITION_MAX_ITERATIONS,
     local_search: Literal["lbfgsb", "zoom"] = "lbfgsb",
+    zoom_scales: np.ndarray | None = None,
 ) -> np.ndarray:
     """Maximize an acquisition of a GP: random candidates, candidates near the incumbents,
     then a local search from the best ones (a zoom around the best one in large studies).
@@ -218,6 +219,9 @@ def maximize_on_gp(
             each start's best point so far, with :data:`ZOOM_SEARCH_SPREADS` times the
             lengthscales as standard deviations (no gradients: each round is one evaluation of
             all the clouds).
+        zoom_scales: Per-column scales of the zoom rounds (``local_search="zoom"``) in place
+            of the GP's lengthscales, e.g. shorter ones where a prior-mean function varies
+            faster than the GP; ``None``: the lengthscales.
 
     Returns:
         The chosen encoded point, shape ``(D,)``.
@@ -240,7 +244,7 @@ def maximize_on_gp(
         zoom_spreads=ZOOM_SEARCH_SPREADS if zoom else ZOOM_SPREADS,
         extra_candidates=np.clip(np.vstack([incumbents[:1], local]), 0.0, 1.0),
         max_iterations=max_iterations,
-        scales=gp.params.lengthscales,
+        scales=zoom_scales if zoom and zoom_scales is not None else gp.params.lengthscales,
     )
     return point
 

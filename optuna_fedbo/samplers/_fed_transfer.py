@@ -53,7 +53,8 @@ SEARCH_CANDIDATES = 512
 SEARCH_MAX_ITERATIONS = 10
 #: Up to this many encoded columns the participant's own GP alone (no broadcast as prior mean)
 #: is searched by zoom rounds around its best candidates, not L-BFGS-B (``local_search="zoom"`` of
-#: :func:`~optuna_fedbo.core.gp_acquisition.maximize_on_gp`). Against a search of 8,192
+#: :func:`~optuna_fedbo.core.gp_acquisition.maximize_on_gp`); with the broadcast from
+#: :data:`ZOOM_WITH_BROADCAST_FROM` observations on. Against a search of 8,192
 #: candidates, 16 starts and 100 iterations (a federation of four sites, 10 to 50
 #: observations, 40 to 200 searches each), the zoom from the four best candidates lost 0.04 /
 #: 0.11 / 0.04 in log EI on average at 10-20 / 21-40 / 41-70 observations in 4-D, where
@@ -62,9 +63,24 @@ SEARCH_MAX_ITERATIONS = 10
 #: columns: 0.08 / 0.20 against 0.03 / 0.09 in 6-D, 0.07 / 0.59 against 0.01 / 0.20 in 8-D.
 #: Paired regret at 10 / 20 / 30 trials (benchmarks/fts_value_tuning.py, 72 site-runs a family):
 #: a one-site federation moved by -0.013 to +0.007, +0.001 on average over rotated, shifted and
-#: independent 2-D GP draws. With the broadcast as prior mean the zoom cost the federation
-#: +0.002 to +0.009 at 20 trials on all four families tried, so L-BFGS-B searches those.
+#: independent 2-D GP draws.
 ZOOM_MAX_COLUMNS = 4
+#: From this many observations on, the zoom (:data:`ZOOM_MAX_COLUMNS`) also searches the GP
+#: whose prior mean is the broadcast, stepping in the shorter of the GP's lengthscales and the
+#: broadcast features' shortest one (the broadcast's wiggles); before, L-BFGS-B does. Such
+#: searches of a four-site federation (15 to 80 observations, 101 in 4-D and 109 in 2-D) lost
+#: 0.36 / -0.31 in log EI on average against a search of 8,192 candidates, 16 starts and 100
+#: iterations, where L-BFGS-B lost 0.49 / -0.01 and the zoom in the GP's lengthscales 0.49 /
+#: 0.82, at about two thirds of L-BFGS-B's time (a four-site participant's trial at 41-60
+#: trials, 4-D, about a seventh cheaper). From the first transfer trial on, either zoom cost the
+#: federation regret at 20 trials on ``rotated`` (paired, new minus L-BFGS-B: +0.018 +- 0.007
+#: on 0.080 over 144 site-runs; in the GP's lengthscales +0.010 +- 0.007 over 72, and +0.001
+#: to +0.006 on the other three). From 20 on, paired at 30 trials (72 site-runs a family):
+#: +0.0029 +- 0.0022 on ``shifted`` (12 site-runs lower, 37 higher, on 0.0156), +0.0007 +-
+#: 0.0029 on ``rotated``, -0.0002 +- 0.0003 on ``gp2d-independent``, +0.0017 +- 0.0013 on
+#: ``gp2d-rough``; at 40 / 50 / 60 trials (36 site-runs) -0.0033 +- 0.0020 / -0.0000 / -0.0000
+#: on ``shifted``, -0.0003 / -0.0001 / -0.0008 +- 0.0037 on ``rotated``.
+ZOOM_WITH_BROADCAST_FROM = 20
 #: From this many observations on, the participant's GP is refitted (and the broadcast weighed
 #: again) only once the observations have grown by 10%
 #: (:func:`~optuna_fedbo.core.gp_fit.update_gp`; LocalGPSampler's from 20 on,
@@ -290,6 +306,14 @@ class FedTransferSampler(FTSParticipant):
         running = running_points(study, trial, points.shape[1])
         at_running = None if prior_function is None else prior_function.values(running)
         gp = believe(gp, running, at_running)  # the incumbent counts their believed values
+        zoom_scales = None
+        if prior_function is not None:
+            # The broadcast varies on its features' lengthscales: the zoom steps in the
+            # shorter of those and the GP's (:data:`ZOOM_WITH_BROADCAST_FROM`).
+            assert function is not None
+            zoom_scales = np.minimum(
+                gp.params.lengthscales, function.feature_map.lengthscales.min()
+            )
         point = maximize_on_gp(
             LogExpectedImprovement(gp, float(max(warped.max(), gp.y.max())), prior_function),
             gp,
@@ -302,9 +326,11 @@ class FedTransferSampler(FTSParticipant):
             max_iterations=SEARCH_MAX_ITERATIONS,
             local_search=(
                 "zoom"
-                if prior_function is None and points.shape[1] <= ZOOM_MAX_COLUMNS
+                if points.shape[1] <= ZOOM_MAX_COLUMNS
+                and (prior_function is None or n >= ZOOM_WITH_BROADCAST_FROM)
                 else "lbfgsb"
             ),
+            zoom_scales=zoom_scales,
         )
         if transfer is not None:
             # Both models' predictions of the chosen point, scored once it is observed.
