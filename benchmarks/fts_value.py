@@ -253,15 +253,10 @@ def _sklearn_problem(
     """A scikit-learn task whose sites' optima are the cached grid references."""
 
     def reference(site: int) -> float:
-        path = _cache_file(
-            f"{name} seed={seed} site={site} reference sklearn={sklearn.__version__}"
+        return cached_value(
+            f"{name} seed={seed} site={site} reference sklearn={sklearn.__version__}",
+            lambda: grid_optimum(space, objectives[site]),
         )
-        if os.path.exists(path):
-            return float(np.load(path))
-        value = grid_optimum(space, objectives[site])
-        os.makedirs(CACHE_DIR, exist_ok=True)
-        np.save(path, np.array(value))
-        return value
 
     return Problem(name, space, objectives, [(None, 1.0)] * len(objectives), reference=reference)
 
@@ -456,6 +451,17 @@ def _cache_path(
 def _cache_file(key: str) -> str:
     """The file under :data:`CACHE_DIR` that keeps the array described by ``key``."""
     return os.path.join(CACHE_DIR, key.replace(" ", "_").replace("/", "-") + ".npy")
+
+
+def cached_value(key: str, compute: Callable[[], float]) -> float:
+    """The number kept under ``key`` (:func:`_cache_file`), computed and kept the first time."""
+    path = _cache_file(key)
+    if os.path.exists(path):
+        return float(np.load(path))
+    value = compute()
+    os.makedirs(CACHE_DIR, exist_ok=True)
+    np.save(path, np.array(value))
+    return value
 
 
 def regrets(problem: Problem, curves: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -90,7 +90,7 @@ from optuna.exceptions import ExperimentalWarning  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.fts_value import _cache_file  # noqa: E402
-from benchmarks.fts_value import CACHE_DIR  # noqa: E402
+from benchmarks.fts_value import cached_value  # noqa: E402
 from benchmarks.fts_value import gp_problem  # noqa: E402
 from benchmarks.fts_value import pooled_gp_curves  # noqa: E402
 from benchmarks.fts_value import Problem  # noqa: E402
@@ -151,13 +151,10 @@ def krr_problem(n_sites: int, seed: int) -> Problem:
     name = f"krr-diabetes N={n_sites}"
 
     def reference(site: int) -> float:
-        path = _cache_file(f"{name} seed={seed} site={site} reference10")
-        if os.path.exists(path):
-            return float(np.load(path))
-        value = _grid_reference(KRR_SPACE, objectives[site])
-        os.makedirs(CACHE_DIR, exist_ok=True)
-        np.save(path, np.array(value))
-        return value
+        return cached_value(
+            f"{name} seed={seed} site={site} reference10",
+            lambda: _grid_reference(KRR_SPACE, objectives[site]),
+        )
 
     return Problem(name, KRR_SPACE, objectives, [(None, 1.0)] * n_sites, reference=reference)
 
@@ -244,13 +241,10 @@ def mlp_problem(n_sites: int, seed: int) -> Problem:
     name = f"mlp-digits N={n_sites}"
 
     def reference(site: int) -> float:
-        path = _cache_file(f"{name} seed={seed} site={site} reference-scan steps={MLP_STEPS}")
-        if os.path.exists(path):
-            return float(np.load(path))
-        value = _scan_reference(MLP_SPACE, objectives[site])
-        os.makedirs(CACHE_DIR, exist_ok=True)
-        np.save(path, np.array(value))
-        return value
+        return cached_value(
+            f"{name} seed={seed} site={site} reference-scan steps={MLP_STEPS}",
+            lambda: _scan_reference(MLP_SPACE, objectives[site]),
+        )
 
     return Problem(name, MLP_SPACE, objectives, [(None, 1.0)] * n_sites, reference=reference)
 
