@@ -437,7 +437,7 @@ def test_the_participant_searches_by_zoom_up_to_four_columns(
 
     monkeypatch.setattr(_fed_transfer, "maximize_on_gp", recorded)
     assert _fed_transfer.ZOOM_WITH_BROADCAST_FROM == 20
-    monkeypatch.setattr(_fed_transfer, "ZOOM_WITH_BROADCAST_FROM", 6)  # within ten rounds
+    monkeypatch.setattr(_fed_transfer, "ZOOM_WITH_BROADCAST_FROM", 6)  # within eight rounds
     space = {f"x{i}": FloatDistribution(0, 1) for i in range(n_columns)}
     centres = np.linspace(0.3, 0.6, n_columns)
 
@@ -446,7 +446,7 @@ def test_the_participant_searches_by_zoom_up_to_four_columns(
 
     simulate(
         [bowl(centres), bowl(centres + 0.05)],
-        search_space=space, n_rounds=12, protocol=FTSConfig(n_init=3), seed=0, progress=False,
+        search_space=space, n_rounds=8, protocol=FTSConfig(n_init=3), seed=0, progress=False,
     )  # fmt: skip
     with_prior = [(o["n_observations"], p) for p, _, o in searches if p is not None]
     assert min(n for n, _ in with_prior) < 6 <= max(n for n, _ in with_prior)
