@@ -317,3 +317,52 @@ def test_the_default_number_of_features_is_resolved_when_the_federation_is_creat
     assert explicit.fts.n_features == 50
     with pytest.raises(ValueError, match="n_features must be a positive integer"):
         FTSConfig(n_features=0)
+
+
+def test_categorical_columns_are_scaled_in_the_shared_features() -> None:
+    from optuna_fedbo.core.pooling import pooling_feature_maps
+    from optuna_fedbo.core.rff import mixture_kernel
+    from optuna_fedbo.federation.fts.config import CATEGORICAL_SCALE
+
+    space = {
+        **{f"x{i}": FloatDistribution(0.0, 1.0) for i in range(3)},
+        "k": CategoricalDistribution(["a", "b"]),
+    }
+    assert FTSConfig().categorical_scale is None
+    fed = Federation.create("categorical-scale", search_space=space, n_clients=2)
+    # Resolved and stored at creation.
+    assert fed.fts.categorical_scale == CATEGORICAL_SCALE
+    stored = FederationConfig.from_json(fed.config.to_json()).protocol
+    assert stored.categorical_scale == CATEGORICAL_SCALE
+    features = fed.features()
+    assert np.array_equal(features.column_scales, [1.0] * 3 + [CATEGORICAL_SCALE] * 2)
+    for block in pooling_feature_maps(features)[1:]:  # the pooled single-scale blocks too
+        assert np.array_equal(block.column_scales, features.column_scales)
+    # Two choices at one x: the features' kernel is that of points sqrt(2) * scale apart
+    # (unscaled, sqrt(2): about independent).
+    a, b = np.array([[0.3, 0.6, 0.9, 1.0, 0.0]]), np.array([[0.3, 0.6, 0.9, 0.0, 1.0]])
+    low, high = features.lengthscale
+    expected = mixture_kernel(np.array(math.sqrt(2) * CATEGORICAL_SCALE), low, high)
+    assert float((features(a) @ features(b).T)[0, 0]) == pytest.approx(float(expected), abs=0.1)
+    plain = Federation.create(
+        "categorical-unscaled",
+        search_space=space,
+        n_clients=2,
+        protocol=FTSConfig(categorical_scale=1.0),
+    ).features()
+    assert plain.column_scales is None
+    assert abs(float((plain(a) @ plain(b).T)[0, 0])) < 0.1
+    assert float(expected) > 0.4
+    # A configuration stored before the field keeps the one-hot columns as they are.
+    record = json.loads(fed.config.to_json())
+    del record["protocol"]["categorical_scale"]
+    old = FederationConfig.from_json(json.dumps(record)).protocol
+    assert old.categorical_scale is None
+    # Numeric spaces are not touched.
+    numeric = Federation.create(
+        "categorical-none", search_space={"x": FloatDistribution(0.0, 1.0)}, n_clients=2
+    )
+    assert numeric.features().column_scales is None
+    for bad in (-0.5, float("nan"), True, "0"):
+        with pytest.raises(ValueError, match="categorical_scale"):
+            FTSConfig(categorical_scale=bad)

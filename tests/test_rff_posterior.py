@@ -142,3 +142,30 @@ def test_bad_inputs_are_rejected() -> None:
         RandomFourierFeatures(2, 10, -1.0, seed=0)
     with pytest.raises(ValueError):
         RandomFourierFeatures(2, 10, 0.1, seed=0)(np.zeros((1, 3)))
+
+
+def test_column_scales_divide_each_columns_lengthscale() -> None:
+    rng = np.random.default_rng(7)
+    x = rng.uniform(size=(6, 3))
+    plain = RandomFourierFeatures(3, 64, (0.2, 0.5), seed=3)
+    ones = RandomFourierFeatures(3, 64, (0.2, 0.5), seed=3, column_scales=np.ones(3))
+    np.testing.assert_array_equal(ones(x), plain(x))
+    # A column scaled by 0 is left out: points that differ only there have equal features.
+    scaled = RandomFourierFeatures(3, 64, (0.2, 0.5), seed=3, column_scales=[1.0, 1.0, 0.0])
+    moved = x.copy()
+    moved[:, 2] = 1.0 - moved[:, 2]
+    np.testing.assert_allclose(scaled(moved), scaled(x), rtol=0, atol=1e-12)
+    assert not np.allclose(plain(moved), plain(x))
+    # A column scaled by 1/2 moves like its half-way point in the plain features.
+    half = RandomFourierFeatures(3, 64, (0.2, 0.5), seed=3, column_scales=[1.0, 0.5, 1.0])
+    squeezed = x * [1.0, 0.5, 1.0]
+    np.testing.assert_allclose(half(x), plain(squeezed), rtol=0, atol=1e-12)
+    _, grads = half.value_and_grad(x, np.ones(64))
+    _, plain_grads = plain.value_and_grad(squeezed, np.ones(64))
+    np.testing.assert_allclose(grads, plain_grads * [1.0, 0.5, 1.0], rtol=1e-10, atol=1e-12)
+    # Other lengthscales keep the scales.
+    assert np.array_equal(scaled.with_lengthscale(0.1).column_scales, [1.0, 1.0, 0.0])
+    with pytest.raises(ValueError, match="column_scales"):
+        RandomFourierFeatures(3, 8, 0.2, seed=0, column_scales=[1.0, -1.0, 1.0])
+    with pytest.raises(ValueError, match="column_scales"):
+        RandomFourierFeatures(3, 8, 0.2, seed=0, column_scales=[1.0, 1.0])

@@ -65,7 +65,11 @@ def pooling_feature_maps(shared: RandomFourierFeatures) -> list[RandomFourierFea
     :data:`POOLING_LENGTHSCALES` (drawn from the next public seed, so equal everywhere)."""
     blocks = [
         RandomFourierFeatures(
-            shared.n_dims, POOLING_BLOCK_FEATURES, lengthscale, seed=shared.seed + 1
+            shared.n_dims,
+            POOLING_BLOCK_FEATURES,
+            lengthscale,
+            seed=shared.seed + 1,
+            column_scales=shared.column_scales,
         )
         for lengthscale in POOLING_LENGTHSCALES
     ]

@@ -144,6 +144,10 @@ class RandomFourierFeatures:
             ``(l_min, l_max)`` for multi-scale features (each feature's lengthscale log-uniform
             over the range, stratified; see the module docstring).
         seed: Public seed of the features; equal seeds give identical features everywhere.
+        column_scales: Factors of the input columns, shape ``(D,)`` (each column's lengthscale
+            divided by its factor; 0 leaves the column out), or ``None`` (default) for all 1:
+            e.g. the one-hot columns of a categorical parameter scaled down, so that its
+            choices are not further apart than any lengthscale.
     """
 
     def __init__(
@@ -153,6 +157,7 @@ class RandomFourierFeatures:
         lengthscale: float | tuple[float, float],
         *,
         seed: int,
+        column_scales: np.ndarray | None = None,
     ) -> None:
         if n_dims < 1 or n_features < 1:
             raise ValueError("n_dims and n_features must be positive.")
@@ -173,6 +178,13 @@ class RandomFourierFeatures:
             self.lengthscale = float(lengthscale)
             self.lengthscales = np.full(n_features, self.lengthscale)
         self._frequencies = self.unit_frequencies / self.lengthscales
+        self.column_scales: np.ndarray | None = None
+        if column_scales is not None:
+            scales = np.asarray(column_scales, dtype=float)
+            if scales.shape != (n_dims,) or not np.all(np.isfinite(scales) & (scales >= 0)):
+                raise ValueError(f"column_scales must be {n_dims} non-negative numbers.")
+            self.column_scales = scales
+            self._frequencies = self._frequencies * scales[:, None]
 
     @property
     def n_dims(self) -> int:
@@ -186,7 +198,13 @@ class RandomFourierFeatures:
 
     def with_lengthscale(self, lengthscale: float | tuple[float, float]) -> RandomFourierFeatures:
         """The same random draws at another lengthscale."""
-        return RandomFourierFeatures(self.n_dims, self.n_features, lengthscale, seed=self.seed)
+        return RandomFourierFeatures(
+            self.n_dims,
+            self.n_features,
+            lengthscale,
+            seed=self.seed,
+            column_scales=self.column_scales,
+        )
 
     def __call__(self, x: np.ndarray, *, fast: bool = False) -> np.ndarray:
         """Feature matrix ``Phi`` of shape ``(n, M)`` for points ``x`` of shape ``(n, D)``.

@@ -83,6 +83,9 @@ class FTSChannel:
             if self._features is None:
                 fts = self.config
                 encoder = self.federation.encoder
+                categorical = encoder.encoding.categorical_columns
+                # A stored configuration without the field predates it: one-hot columns as is.
+                scale = 1.0 if fts.categorical_scale is None else fts.categorical_scale
                 self._features = RandomFourierFeatures(
                     encoder.n_columns,
                     fts.n_features,
@@ -90,6 +93,9 @@ class FTSChannel:
                     if fts.lengthscale is None
                     else fts.lengthscale,
                     seed=self.federation.seed,
+                    column_scales=np.where(categorical, scale, 1.0)
+                    if scale != 1.0 and categorical.any()
+                    else None,
                 )
             return self._features
 
