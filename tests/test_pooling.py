@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
 from _upload_attacks import receipt
 import numpy as np
@@ -40,7 +41,9 @@ from optuna_fedbo.federation._codec import vector_digest
 from optuna_fedbo.federation._uploads import UploadRejected
 from optuna_fedbo.federation.fts.messages import encode_upload
 from optuna_fedbo.federation.fts.messages import parse_upload
+from optuna_fedbo.samplers import FedThompsonSampler
 from optuna_fedbo.samplers import FedTransferSampler
+from optuna_fedbo.samplers._fts_upload import UploadMemory
 
 SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
 M = 12
@@ -528,17 +531,25 @@ def _counting_choices(monkeypatch) -> tuple[list[float], list[float]]:  # noqa: 
     return pooled, chosen
 
 
-def _lone_federation(choose_again: bool) -> tuple[list[int], list[dict]]:
-    """30 trials of a one-participant federation (the server choosing the pooling again every
-    10% if ``choose_again``): the rounds with fresh statistics, and the trials' parameters."""
-    fed = _federation(n_clients=1, n_init=2)
+def _alone(
+    n_trials: int,
+    *,
+    n_clients: int = 1,
+    choose_again: bool = False,
+    sampler: type = FedTransferSampler,
+    **protocol: Any,
+) -> tuple[list[int], list[dict]]:
+    """``n_trials`` trials of one site, alone in its federation (of ``n_clients``: the others
+    never run; the server choosing the pooling again every 10% if ``choose_again``): the rounds
+    with fresh statistics, and the trials' parameters."""
+    fed = _federation(n_clients=n_clients, n_init=2, min_contributors=1, **protocol)
     server = FederationServer(fed, discard_uploads=False)
     if choose_again:
         server._pooling = KeptChoice()
-    study = optuna.create_study(sampler=FedTransferSampler(fed, "c0", seed=0))
+    study = optuna.create_study(sampler=sampler(fed, "c0", seed=0))
     previous = None
     fresh = []
-    for round_index in range(30):
+    for round_index in range(n_trials):
         study.optimize(lambda t: t.suggest_float("x", 0, 1) + t.suggest_float("y", 0, 1), 1)
         server.step(force=True)
         broadcast = fed.latest_broadcast().vectors[0]
@@ -550,21 +561,51 @@ def _lone_federation(choose_again: bool) -> tuple[list[int], list[dict]]:
     return fresh, [t.params for t in study.trials]
 
 
+#: The trials after which a participant that refreshes its statistics every 10% sends fresh
+#: ones, up to 30 (``n_init=2``).
+_EVERY_TEN_PERCENT = [*range(1, 12), 13, 15, 17, 19, 21, 24, 27, 30]
+
+
 def test_a_pooled_participant_refreshes_its_statistics_every_ten_percent(monkeypatch) -> None:
     """Fresh statistics after every trial up to 11 observations, then once they have grown by
-    10%; in between the last ones again, by digest, and the server reuses its posterior. Alone
-    in its federation, the server chooses the pooling once and keeps it: its broadcasts serve
-    nobody, and the participant's trials are those it runs beside a server that chooses again
-    at every refresh."""
-    pooled, chosen = _counting_choices(monkeypatch)
-    fresh, params = _lone_federation(choose_again=False)
-    assert fresh == [*range(1, 12), 13, 15, 17, 19, 21, 24, 27, 30]
+    10%; in between the last ones again, by digest, and the server reuses its posterior. So
+    also while it is alone in a federation of two (the other may join at any time, and its
+    broadcasts then pool these statistics)."""
+    pooled, _ = _counting_choices(monkeypatch)
+    fresh, _ = _alone(30, n_clients=2)
+    assert fresh == _EVERY_TEN_PERCENT
     assert pooled == fresh
-    assert chosen == [1]
+
+
+def test_a_lone_participant_sends_its_design_statistics_for_good(monkeypatch) -> None:
+    """In a one-site federation every broadcast holds only the site's data and is left out,
+    so fresh statistics would serve nobody: after its initial design the participant names the
+    design's statistics for good, and the server, choosing the pooling once, pools them once.
+    Its trials are those it ran when it refreshed them every 10% (beside a server that chose
+    once, and in a federation of two beside a server that chose again at every refresh)."""
+    pooled, chosen = _counting_choices(monkeypatch)
+    fresh, params = _alone(60)
+    assert fresh == [1, 2]  # n_init = 2: round 0 closed on one observation, then the design
+    assert pooled == fresh and chosen == [1]
     pooled.clear(), chosen.clear()
-    again, same_params = _lone_federation(choose_again=True)
-    assert again == fresh and chosen == fresh  # with statistics as fresh, at every refresh
+    with monkeypatch.context() as refreshing:  # what it sent before: fresh every 10%
+        held = UploadMemory.statistics_held
+        refreshing.setattr(
+            UploadMemory, "statistics_held", lambda self, study, n, **_: held(self, study, n)
+        )
+        refreshed, same_params = _alone(60)
+    assert refreshed[: len(_EVERY_TEN_PERCENT)] == _EVERY_TEN_PERCENT and len(refreshed) > 23
+    assert pooled == refreshed and chosen == [1]  # the lone server chose once all the same
     assert same_params == params
+    _, with_another = _alone(60, n_clients=2, choose_again=True)
+    assert with_another == params
+
+
+def test_a_lone_participant_that_uses_its_broadcasts_refreshes_them() -> None:
+    """``transfer="schedule"`` (the papers' participant) uses a broadcast of its own data: its
+    statistics stay fresh."""
+    fresh, _ = _alone(30, sampler=FedThompsonSampler, transfer="schedule")
+    assert fresh == _EVERY_TEN_PERCENT
 
 
 def test_a_server_of_two_participants_chooses_the_pooling_again_as_they_grow(
@@ -702,7 +743,7 @@ def test_a_pooled_participant_keeps_the_statistics_its_uploads_computed(monkeypa
         expect(self, version, trial, target, statistics)
 
     monkeypatch.setattr(TrialObservations, "expect", counted)
-    fed = _federation(n_clients=1, n_init=2)
+    fed = _federation(n_clients=2, n_init=2, min_contributors=1)  # c1 never runs
     server = FederationServer(fed)
     sampler = FedTransferSampler(fed, "c0", seed=0)
     study = optuna.create_study(sampler=sampler)

@@ -96,7 +96,9 @@ class FTSParticipant(FedSampler):
     oriented for maximization, on the shared random features and the single-scale feature
     blocks (:mod:`optuna_fedbo.core.pooling`), refreshed once its observations have grown by
     :data:`~optuna_fedbo.samplers._fts_upload.STATISTICS_REFRESH` (10%; so after every trial up
-    to 11 observations) and otherwise named by digest; otherwise ``omega_{n,t}`` from its
+    to 11 observations) and otherwise named by digest (alone in a one-site federation, where
+    they serve nobody, after its initial design always the design's: see
+    :meth:`_statistics_serve_nobody`); otherwise ``omega_{n,t}`` from its
     posterior over the shared features, fitted to its values normalized as
     ``FTSConfig.normalization`` says (:meth:`_vector`). Errors there are logged, never raised
     into ``study.optimize``.
@@ -545,6 +547,13 @@ class FTSParticipant(FedSampler):
         """The vector ``omega`` a non-pooled upload sends from the participant's posterior."""
         raise NotImplementedError
 
+    def _statistics_serve_nobody(self) -> bool:
+        """Whether this participant's pooled statistics serve nobody in its study: it is
+        alone in its federation for good and leaves out every broadcast (they hold only its own
+        data). Its uploads after the initial design then name the design's statistics again
+        instead of fresh ones (:meth:`_upload`). ``False`` unless a subclass says so."""
+        return False
+
     def _upload(self, study: Study, trial: FrozenTrial, value: float | None) -> None:
         """Upload after a finished trial: the statistics of the stored trials and the finished
         one's ``value`` (pooled), or the vector of the posterior given them."""
@@ -564,7 +573,10 @@ class FTSParticipant(FedSampler):
                 # The statistics of the values themselves: the server pools them and
                 # standardizes everyone's values together (one scale; each participant's own
                 # normalization, from a few initial values, would differ between participants).
-                omega = self._uploads.statistics_held(study, n_observations)
+                for_good = self._fts.n_init if self._statistics_serve_nobody() else None
+                omega = self._uploads.statistics_held(
+                    study, n_observations, for_good_from=for_good
+                )
                 if omega is None:
                     added = with_trial(blocks, maps, encoder, trial, extra)
                     if extra is not None:  # the next update adds this trial: to these

@@ -2,7 +2,8 @@
 
 By default (``aggregation="pooled"``) a participant uploads the sufficient statistics of its
 values on the shared feature blocks, and sends fresh ones only once its observations have grown
-by :data:`STATISTICS_REFRESH`; otherwise it uploads one vector ``omega`` of its posterior. Both
+by :data:`STATISTICS_REFRESH` (alone in a one-site federation, where they serve nobody, none
+after its initial design); otherwise it uploads one vector ``omega`` of its posterior. Both
 are computed with the finishing trial added by hand (``after_trial`` runs before the trial is
 stored as complete), on copies of the running statistics.
 """
@@ -59,13 +60,24 @@ class UploadMemory:
         # The latest rounds uploaded to.
         self._rounds: deque[int] = deque(maxlen=_OWN_DIGESTS_KEPT)
 
-    def statistics_held(self, study: Study, n_observations: int) -> np.ndarray | None:
+    def statistics_held(
+        self, study: Study, n_observations: int, *, for_good_from: int | None = None
+    ) -> np.ndarray | None:
         """The packed statistics last sent, if they are to be sent again: until the
-        observations have grown by ``STATISTICS_REFRESH``; ``None``: send fresh ones."""
+        observations have grown by ``STATISTICS_REFRESH``; ``None``: send fresh ones.
+
+        Args:
+            for_good_from: Given (a participant whose statistics serve nobody but the server),
+                statistics of at least this many observations are sent again for good.
+        """
         if self._sent_statistics is None:
             return None
         key, count, packed = self._sent_statistics
-        if key == study_key(study) and count <= n_observations < count * (1 + STATISTICS_REFRESH):
+        if key != study_key(study) or n_observations < count:
+            return None
+        if for_good_from is not None and count >= for_good_from:
+            return packed
+        if n_observations < count * (1 + STATISTICS_REFRESH):
             return packed
         return None
 
