@@ -96,12 +96,10 @@ class FTSParticipant(FedSampler):
     oriented for maximization, on the shared random features and the single-scale feature
     blocks (:mod:`optuna_fedbo.core.pooling`), refreshed once its observations have grown by
     :data:`~optuna_fedbo.samplers._fts_upload.STATISTICS_REFRESH` (10%; so after every trial up
-    to 11 observations) and otherwise named by digest (alone in a one-site federation, where
-    they serve nobody, after its initial design always the design's: see
-    :meth:`_statistics_serve_nobody`); otherwise ``omega_{n,t}`` from its
-    posterior over the shared features, fitted to its values normalized as
-    ``FTSConfig.normalization`` says (:meth:`_vector`). Errors there are logged, never raised
-    into ``study.optimize``.
+    to 11 observations) and otherwise named by digest (:meth:`_statistics_serve_nobody`);
+    otherwise ``omega_{n,t}`` from its posterior over the shared features, fitted to its values
+    normalized as ``FTSConfig.normalization`` says (:meth:`_vector`). Errors there are logged,
+    never raised into ``study.optimize``.
 
     The participant's trials stay in its own study; only the upload leaves it. Asynchronous by
     default (each trial uses the newest broadcast it can read); ``synchronous=True`` waits, before
@@ -313,15 +311,11 @@ class FTSParticipant(FedSampler):
         return self._sample_elsewhere(study, trial, param_name, param_distribution)
 
     def _sample_elsewhere(
-        self,
-        study: Study,
-        trial: FrozenTrial,
-        param_name: str,
-        param_distribution: BaseDistribution,
+        self, study: Study, trial: FrozenTrial, name: str, distribution: BaseDistribution
     ) -> Any:
         """A parameter the trial's point does not hold: the independent sampler's."""
-        warn = param_name not in self._space  # a conflicting distribution is warned about apart
-        return self._sample_outside(study, trial, param_name, param_distribution, warn=warn)
+        warn = name not in self._space  # a conflicting distribution is warned about apart
+        return self._sample_outside(study, trial, name, distribution, warn=warn)
 
     def _point(self, study: Study, trial: FrozenTrial) -> dict[str, Any]:
         """This trial's point in the federation's space (chosen once, then cached)."""
@@ -440,15 +434,10 @@ class FTSParticipant(FedSampler):
         if broadcast.aggregation == "pooled":
             if not vectors.any():
                 return None
-            block = broadcast.feature_block
-            if not 0 <= block < len(self._feature_maps) or len(vectors) != 1:
-                _logger.warning(f"Ignoring broadcast {broadcast.round}: no such feature block.")
-                return None
-            features = self._feature_maps[block]
-            if vectors.shape[1] != features.n_features:
-                _logger.warning(
-                    f"Ignoring broadcast {broadcast.round}: vectors of the wrong length."
-                )
+            maps, block = self._feature_maps, broadcast.feature_block
+            features = maps[block] if 0 <= block < len(maps) else None
+            if features is None or vectors.shape != (1, features.n_features):
+                _logger.warning(f"Ignoring broadcast {broadcast.round}: no such block or vector.")
                 return None
             return LinearAcquisition(features, vectors[0])
         if vectors.shape[1] != self._fts.n_features:
@@ -548,10 +537,8 @@ class FTSParticipant(FedSampler):
         raise NotImplementedError
 
     def _statistics_serve_nobody(self) -> bool:
-        """Whether this participant's pooled statistics serve nobody in its study: it is
-        alone in its federation for good and leaves out every broadcast (they hold only its own
-        data). Its uploads after the initial design then name the design's statistics again
-        instead of fresh ones (:meth:`_upload`). ``False`` unless a subclass says so."""
+        """Whether fresh statistics serve nobody (a subclass's rule; ``False`` here): the
+        uploads after the initial design then name the design's statistics for good."""
         return False
 
     def _upload(self, study: Study, trial: FrozenTrial, value: float | None) -> None:
