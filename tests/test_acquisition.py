@@ -7,6 +7,7 @@ from optuna_fedbo.core.acquisition import LinearAcquisition
 from optuna_fedbo.core.acquisition import maximize
 from optuna_fedbo.core.acquisition import UpperConfidenceBound
 from optuna_fedbo.core.posterior import SufficientStatistics
+from optuna_fedbo.core.rff import BLOCK_ROWS
 from optuna_fedbo.core.rff import RandomFourierFeatures
 from optuna_fedbo.core.space import Box
 from optuna_fedbo.core.space import Dimension
@@ -27,6 +28,29 @@ def test_maximize_reaches_the_grid_maximum() -> None:
         point, value = maximize(acquisition, encoding, np.random.default_rng(seed))
         assert value == pytest.approx(float(acquisition.values(point[None])[0]))
         assert value >= _grid_max(acquisition) - 1e-3
+
+
+def test_linear_acquisition_scores_many_candidates_from_feature_blocks() -> None:
+    rows: list[int] = []
+
+    class Counting(RandomFourierFeatures):
+        def __call__(self, x: np.ndarray, *, fast: bool = False) -> np.ndarray:
+            rows.append(len(x))
+            return super().__call__(x, fast=fast)
+
+    features = Counting(4, 200, (0.2, 0.5), seed=0)
+    w = np.random.default_rng(1).standard_normal(200)
+    x = np.random.default_rng(2).uniform(size=(577, 4))
+    values = LinearAcquisition(features, w).values(x)
+    assert rows == [BLOCK_ROWS] * 3 + [577 - 3 * BLOCK_ROWS]  # never all 577 rows at once
+    np.testing.assert_allclose(values, features(x, fast=True) @ w, rtol=0, atol=1e-14)
+    # Given features are used as they are.
+    rows.clear()
+    phi = features(x[:5])
+    np.testing.assert_array_equal(
+        LinearAcquisition(features, w).values(x[:5], features=phi), phi @ w
+    )
+    assert rows == [5]
 
 
 def test_refinement_and_zoom_improve_on_candidates_alone_to_the_same_maximum() -> None:

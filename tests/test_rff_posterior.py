@@ -5,6 +5,7 @@ import pytest
 
 from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.posterior import SufficientStatistics
+from optuna_fedbo.core.rff import BLOCK_ROWS
 from optuna_fedbo.core.rff import fast_cos
 from optuna_fedbo.core.rff import RandomFourierFeatures
 
@@ -44,6 +45,36 @@ def test_fast_features_are_the_exact_ones_to_single_precision() -> None:
         np.testing.assert_allclose(np.linalg.norm(fast, axis=1), 1.0, rtol=1e-6)
         assert np.abs(fast - exact).max() < 1e-6
         assert not np.array_equal(fast, exact)  # the fast path is taken
+
+
+class _CountingFeatures(RandomFourierFeatures):
+    """Features that record how many rows each feature matrix they compute has."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.rows: list[int] = []
+
+    def __call__(self, x: np.ndarray, *, fast: bool = False) -> np.ndarray:
+        self.rows.append(len(x))
+        return super().__call__(x, fast=fast)
+
+
+@pytest.mark.parametrize("n", [1, 3, 127, 128, 255, 256, 300, 577, 1345])
+def test_weighted_sums_come_from_feature_blocks_that_fit_a_cache(n: int) -> None:
+    features = _CountingFeatures(4, 200, (0.2, 0.5), seed=3)
+    weights = np.random.default_rng(5).standard_normal(200)
+    x = np.random.default_rng(n).uniform(size=(n, 4))
+    for fast in (True, False):
+        features.rows.clear()
+        sums = features.weighted_sum(x, weights, fast=fast)
+        blocks = features.rows.copy()
+        # The numbers of one product over all rows (blockwise, each row meets the same BLAS
+        # kernels: equal to the last bit with OpenBLAS; rounding is all another BLAS may add).
+        np.testing.assert_allclose(sums, features(x, fast=fast) @ weights, rtol=0, atol=1e-14)
+        # Blocks of BLOCK_ROWS rows, the rows left over in the last: never one large matrix.
+        assert sum(blocks) == n
+        assert all(rows == BLOCK_ROWS for rows in blocks[:-1])
+        assert blocks[-1] < 2 * BLOCK_ROWS
 
 
 def test_frequencies_follow_the_spectral_density() -> None:

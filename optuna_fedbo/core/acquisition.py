@@ -65,7 +65,9 @@ class LinearAcquisition:
         :func:`~optuna_fedbo.core.rff.fast_cos`): this scores candidates. Gradients
         (:meth:`values_and_grads`) use exact features.
         """
-        return (self._features(x, fast=True) if features is None else features) @ self._weights
+        if features is None:
+            return self._features.weighted_sum(x, self._weights, fast=True)
+        return features @ self._weights
 
     def values_and_grads(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self._features.value_and_grad(x, self._weights)

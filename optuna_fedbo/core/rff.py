@@ -110,6 +110,11 @@ def scale_window(lengthscales: np.ndarray, center: float | None, width: float = 
     return np.sqrt(variance)
 
 
+#: Rows of points whose features :meth:`RandomFourierFeatures.weighted_sum` computes at a time (a
+#: multiple of the four rows OpenBLAS's matrix-vector kernels take together).
+BLOCK_ROWS = 128
+
+
 def fast_cos(z: np.ndarray) -> np.ndarray:
     """``cos(z)`` to about ``2e-7`` (absolute), about ten times faster than ``np.cos``.
 
@@ -203,6 +208,38 @@ class RandomFourierFeatures:
             np.cos(cosines, out=cosines)
         cosines /= np.sqrt(np.einsum("nm,nm->n", cosines, cosines))[:, None]
         return cosines
+
+    def weighted_sum(
+        self, x: np.ndarray, weights: np.ndarray, *, fast: bool = False
+    ) -> np.ndarray:
+        """``phi(x)^T w`` at points ``x`` of shape ``(n, D)``: the same numbers as
+        ``self(x, fast=fast) @ weights``, computed in blocks of :data:`BLOCK_ROWS` rows.
+
+        The feature matrix of many points (``n x M`` numbers, and as many again in each of
+        :func:`fast_cos`'s temporaries) outgrows the CPU's cache where a block's does not: on
+        576 candidates and 200 features a block at a time took half the time of the whole
+        matrix (4-D, a two-core machine with 2 MiB of L2 cache per core). Every block starts at
+        a multiple of :data:`BLOCK_ROWS` and the last one takes the rows left over, so that
+        each row meets the same BLAS kernels as in one product (a product of one row takes
+        another path, whose sums differ in the last bit).
+
+        Args:
+            x: Points of shape ``(n, D)``.
+            weights: The vector ``w`` of shape ``(M,)``.
+            fast: Cosines as :meth:`__call__`'s ``fast`` (for scoring candidates).
+
+        Returns:
+            Array of shape ``(n,)``.
+        """
+        x = self._check(x)
+        n_blocks = max(len(x) // BLOCK_ROWS, 1)
+        if n_blocks == 1:
+            return self(x, fast=fast) @ weights
+        out = np.empty(len(x))
+        for k in range(n_blocks):
+            rows = slice(k * BLOCK_ROWS, (k + 1) * BLOCK_ROWS if k + 1 < n_blocks else len(x))
+            out[rows] = self(x[rows], fast=fast) @ weights
+        return out
 
     def jacobian(self, x: np.ndarray) -> np.ndarray:
         """The Jacobian ``d phi_j / d x_k``, shape ``(n, M, D)``, at points of shape ``(n, D)``."""
