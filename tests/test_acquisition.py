@@ -29,6 +29,31 @@ def test_maximize_reaches_the_grid_maximum() -> None:
         assert value >= _grid_max(acquisition) - 1e-3
 
 
+def test_linear_acquisition_scores_candidates_with_fast_weighted_sums() -> None:
+    rows: list[int] = []
+
+    class Counting(RandomFourierFeatures):
+        def __call__(self, x: np.ndarray, *, fast: bool = False) -> np.ndarray:
+            rows.append(len(x))
+            return super().__call__(x, fast=fast)
+
+    features = Counting(4, 200, (0.2, 0.5), seed=0)
+    w = np.random.default_rng(1).standard_normal(200)
+    x = np.random.default_rng(2).uniform(size=(577, 4))
+    values = LinearAcquisition(features, w).values(x)
+    # Weighted sums in blocks, without a feature matrix (single precision: to 1e-7 |w|).
+    assert rows == []
+    assert np.abs(values - features(x) @ w).max() < 2e-7 * np.linalg.norm(w)
+    np.testing.assert_array_equal(values, features.weighted_sum(x, w, fast=True))
+    # Given features are used as they are.
+    rows.clear()
+    phi = features(x[:5])
+    np.testing.assert_array_equal(
+        LinearAcquisition(features, w).values(x[:5], features=phi), phi @ w
+    )
+    assert rows == [5]
+
+
 def test_refinement_and_zoom_improve_on_candidates_alone_to_the_same_maximum() -> None:
     features = RandomFourierFeatures(2, 100, 0.2, seed=0)
     encoding = UnitCubeEncoding([Dimension("float", 0, 1)] * 2)

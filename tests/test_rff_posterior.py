@@ -5,6 +5,7 @@ import pytest
 
 from optuna_fedbo.core.posterior import LinearPosterior
 from optuna_fedbo.core.posterior import SufficientStatistics
+from optuna_fedbo.core.rff import BLOCK_ROWS
 from optuna_fedbo.core.rff import fast_cos
 from optuna_fedbo.core.rff import RandomFourierFeatures
 
@@ -44,6 +45,69 @@ def test_fast_features_are_the_exact_ones_to_single_precision() -> None:
         np.testing.assert_allclose(np.linalg.norm(fast, axis=1), 1.0, rtol=1e-6)
         assert np.abs(fast - exact).max() < 1e-6
         assert not np.array_equal(fast, exact)  # the fast path is taken
+
+
+class _CountingFeatures(RandomFourierFeatures):
+    """Features that record how many rows each feature matrix they compute has."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.rows: list[int] = []
+
+    def __call__(self, x: np.ndarray, *, fast: bool = False) -> np.ndarray:
+        self.rows.append(len(x))
+        return super().__call__(x, fast=fast)
+
+
+@pytest.mark.parametrize("n", [1, 3, 127, 128, 255, 256, 300, 577, 1345])
+def test_weighted_sums_come_from_blocks_of_a_few_hundred_kilobytes_at_most(n: int) -> None:
+    features = _CountingFeatures(4, 200, (0.2, 0.5), seed=3)
+    weights = np.random.default_rng(5).standard_normal(200)
+    x = np.random.default_rng(n).uniform(size=(n, 4))
+    features.rows.clear()
+    sums = features.weighted_sum(x, weights)
+    blocks = features.rows.copy()
+    # The numbers of one product over all rows (blockwise, each row meets the same BLAS
+    # kernels: equal to the last bit with OpenBLAS; rounding is all another BLAS may add).
+    np.testing.assert_allclose(sums, features(x) @ weights, rtol=0, atol=1e-14)
+    # Blocks of BLOCK_ROWS rows, the rows left over in the last: never one large matrix.
+    assert sum(blocks) == n
+    assert all(rows == BLOCK_ROWS for rows in blocks[:-1])
+    assert blocks[-1] < 2 * BLOCK_ROWS
+    # The fast path: blockwise too (no feature matrix at all), to single precision.
+    features.rows.clear()
+    fast = features.weighted_sum(x, weights, fast=True)
+    assert features.rows == []
+    assert np.abs(fast - sums).max() < 2e-7 * np.linalg.norm(weights)
+
+
+def _single_precision_sums(
+    features: RandomFourierFeatures, x: np.ndarray, weights: np.ndarray
+) -> np.ndarray:
+    """The fast weighted sums' formula: arguments in turns less their nearest integer (double
+    precision), then cosines, norms and sums in single precision."""
+    turns = (x @ features.unit_frequencies / features.lengthscales + features.phases) / (2 * np.pi)
+    cosines = np.cos((turns - np.rint(turns)).astype(np.float32) * np.float32(2 * np.pi))
+    norms = np.sqrt((cosines * cosines).sum(axis=1, dtype=np.float32))
+    return (cosines @ weights.astype(np.float32)) / norms
+
+
+def test_fast_weighted_sums_are_single_precision_after_an_exact_reduction() -> None:
+    # However large the arguments (lengthscale 0.001: thousands of radians), the reduction in
+    # turns is exact, and what is left is single precision's rounding.
+    for n_dims, lengthscale in ((1, 0.001), (2, (0.02, 0.5)), (4, (0.2, 0.5)), (8, 0.1)):
+        features = RandomFourierFeatures(n_dims, 200, lengthscale, seed=n_dims)
+        rng = np.random.default_rng(n_dims)
+        weights = rng.standard_normal(200)
+        x = rng.uniform(size=(300, n_dims))
+        fast = features.weighted_sum(x, weights, fast=True)
+        assert fast.dtype == np.float64
+        np.testing.assert_allclose(
+            fast, _single_precision_sums(features, x, weights), rtol=1e-5, atol=1e-6
+        )
+        exact = features(x) @ weights
+        assert np.abs(fast - exact).max() < 2e-7 * np.linalg.norm(weights)
+        assert not np.array_equal(fast, features(x, fast=True) @ weights)  # not double's
 
 
 def test_frequencies_follow_the_spectral_density() -> None:

@@ -61,11 +61,13 @@ class LinearAcquisition:
     def values(self, x: np.ndarray, *, features: np.ndarray | None = None) -> np.ndarray:
         """Values at ``x``; ``features``: ``phi(x)`` if already computed.
 
-        Without ``features`` the features are the fast ones (to about ``2e-7``,
-        :func:`~optuna_fedbo.core.rff.fast_cos`): this scores candidates. Gradients
-        (:meth:`values_and_grads`) use exact features.
+        Without ``features`` the values are the fast ones (single precision, to about
+        ``1e-7 |w|``: :meth:`~optuna_fedbo.core.rff.RandomFourierFeatures.weighted_sum`): this
+        scores candidates. Gradients (:meth:`values_and_grads`) use exact features.
         """
-        return (self._features(x, fast=True) if features is None else features) @ self._weights
+        if features is None:
+            return self._features.weighted_sum(x, self._weights, fast=True)
+        return features @ self._weights
 
     def values_and_grads(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self._features.value_and_grad(x, self._weights)

@@ -95,8 +95,12 @@ def cholesky_solve(factor: np.ndarray, b: np.ndarray) -> np.ndarray:
     return x
 
 
-def matern52(squared_distance: np.ndarray) -> np.ndarray:
-    """Matern-5/2 correlation as a function of the squared scaled distance ``r^2``."""
+def matern52(squared_distance: np.ndarray, *, overwrite_input: bool = False) -> np.ndarray:
+    """Matern-5/2 correlation as a function of the squared scaled distance ``r^2``.
+
+    ``overwrite_input``: ``squared_distance`` may be overwritten (the same numbers, one array
+    fewer: see :meth:`GaussianProcess.standardized_posterior`).
+    """
     # In place, three arrays instead of eight: at 300 x 128 points the temporaries, not the
     # arithmetic, took most of the time (0.5 against 0.1 ms).
     r = np.multiply(squared_distance, 5.0)
@@ -104,7 +108,11 @@ def matern52(squared_distance: np.ndarray) -> np.ndarray:
     decay = np.negative(r)
     np.exp(decay, out=decay)
     r += 1.0
-    r += (5.0 / 3.0) * squared_distance
+    if overwrite_input:
+        squared_distance *= 5.0 / 3.0
+        r += squared_distance
+    else:
+        r += (5.0 / 3.0) * squared_distance
     r *= decay
     return r
 
@@ -277,7 +285,7 @@ class GaussianProcess:
 
     def _kernel(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         scaled = 1.0 / self.params.lengthscales
-        correlation = matern52(squared_distances(a * scaled, b * scaled))
+        correlation = matern52(squared_distances(a * scaled, b * scaled), overwrite_input=True)
         correlation *= self.params.signal_variance
         return correlation
 
@@ -287,7 +295,7 @@ class GaussianProcess:
 
     def _cross_kernel(self, X: np.ndarray) -> np.ndarray:
         """``k(X, observations)``, shape ``(m, n)``."""
-        k = matern52(self._cross_distances(X))
+        k = matern52(self._cross_distances(X), overwrite_input=True)
         k *= self.params.signal_variance
         return k
 
@@ -330,10 +338,15 @@ class GaussianProcess:
         with one_blas_thread():
             sq = self._cross_distances(X)
             if not with_grads:
-                k = matern52(sq)
+                # Three (m, n) arrays instead of five, the same numbers: ``L^-1 k`` is written
+                # over the distances. Where the allocator hands memory back to the system, a
+                # fresh array of a few hundred kilobytes (577 candidates, 94 observations:
+                # 430 kB) comes back page by page: at 577 x 94 the posterior took 4.0 ms
+                # with five, 2.5-3.0 with three and 1.6 with none of those page faults.
+                k = matern52(sq, overwrite_input=True)
                 k *= signal
                 mean = k @ self._alpha
-                half = k @ self._inverse_factors()[0].T
+                half = np.matmul(k, self._inverse_factors()[0].T, out=sq)
                 variance = np.maximum(signal - np.einsum("mn,mn->m", half, half), 0.0)
                 return mean, variance, None, None
             k, dk = matern52_with_derivative(sq)

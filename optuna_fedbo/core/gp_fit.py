@@ -96,7 +96,7 @@ def log_posterior_and_grad(
     if with_grad:
         gram, derivative = matern52_with_derivative(sq)
     else:
-        gram, derivative = matern52(sq), None
+        gram, derivative = matern52(sq, overwrite_input=True), None
     gram *= signal_variance
     diagonal = gram.reshape(-1)[:: n + 1]  # a view of the diagonal
     diagonal += noise_variance

@@ -110,6 +110,11 @@ def scale_window(lengthscales: np.ndarray, center: float | None, width: float = 
     return np.sqrt(variance)
 
 
+#: Rows of points whose features :meth:`RandomFourierFeatures.weighted_sum` computes at a time (a
+#: multiple of the four rows OpenBLAS's matrix-vector kernels take together).
+BLOCK_ROWS = 128
+
+
 def fast_cos(z: np.ndarray) -> np.ndarray:
     """``cos(z)`` to about ``2e-7`` (absolute), about ten times faster than ``np.cos``.
 
@@ -185,6 +190,9 @@ class RandomFourierFeatures:
                 raise ValueError(f"column_scales must be {n_dims} non-negative numbers.")
             self.column_scales = scales
             self._frequencies = self._frequencies * scales[:, None]
+        # In turns (units of 2 pi) for the single-precision weighted sums (weighted_sum).
+        self._turn_frequencies = self._frequencies / (2.0 * math.pi)
+        self._turn_phases = self.phases / (2.0 * math.pi)
 
     @property
     def n_dims(self) -> int:
@@ -221,6 +229,64 @@ class RandomFourierFeatures:
             np.cos(cosines, out=cosines)
         cosines /= np.sqrt(np.einsum("nm,nm->n", cosines, cosines))[:, None]
         return cosines
+
+    def weighted_sum(
+        self, x: np.ndarray, weights: np.ndarray, *, fast: bool = False
+    ) -> np.ndarray:
+        """``phi(x)^T w`` at points ``x`` of shape ``(n, D)``, in blocks of :data:`BLOCK_ROWS`
+        rows.
+
+        Exact (``fast=False``): the numbers of ``self(x) @ weights``. Every block starts at a
+        multiple of :data:`BLOCK_ROWS` and the last one takes the rows left over, so that each
+        row meets the same BLAS kernels as in one product (a product of one row takes another
+        path, whose sums differ in the last bit).
+
+        ``fast=True`` scores candidates in an acquisition search, to about ``1e-7 |w|``
+        (``phi(x)`` has unit norm): the arguments ``s_i^T x + b_i`` in turns (units of
+        ``2 pi``) in double precision, less their nearest integer (exact), then the cosines,
+        their norm and the weighted sum in single precision. On 128 points and 200 features
+        (4-D) that took two thirds of the time of ``self(x, fast=True) @ weights`` (0.23
+        against 0.33 ms; 0.91 against 1.40 ms on 577 points), which reduces in radians and
+        normalizes in double precision (to about ``3e-8 |w|``).
+
+        Blocks keep the temporaries (``n x M`` numbers each) small: where the allocator hands
+        memory back to the system, larger ones come back page by page, and those page faults
+        cost more than the arithmetic (576 candidates and 200 features: about half the time).
+
+        Args:
+            x: Points of shape ``(n, D)``.
+            weights: The vector ``w`` of shape ``(M,)``.
+            fast: Single precision, as above.
+
+        Returns:
+            Array of shape ``(n,)``.
+        """
+        x = self._check(x)
+        if fast:
+            weights = np.asarray(weights, dtype=np.float32)
+        n_blocks = max(len(x) // BLOCK_ROWS, 1)
+        if n_blocks == 1:
+            return self._fast_weighted_sum(x, weights) if fast else self(x) @ weights
+        out = np.empty(len(x))
+        for k in range(n_blocks):
+            rows = slice(k * BLOCK_ROWS, (k + 1) * BLOCK_ROWS if k + 1 < n_blocks else len(x))
+            if fast:
+                out[rows] = self._fast_weighted_sum(x[rows], weights)
+            else:
+                out[rows] = self(x[rows]) @ weights
+        return out
+
+    def _fast_weighted_sum(self, x: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """:meth:`weighted_sum`'s single-precision path on one block (``weights`` float32)."""
+        turns = x @ self._turn_frequencies
+        turns += self._turn_phases
+        turns -= np.rint(turns)  # in [-1/2, 1/2], exactly (Sterbenz)
+        cosines = turns.astype(np.float32)
+        cosines *= np.float32(2.0 * math.pi)
+        np.cos(cosines, out=cosines)
+        sums = (cosines @ weights).astype(np.float64)
+        sums /= np.sqrt(np.einsum("nm,nm->n", cosines, cosines))
+        return sums
 
     def jacobian(self, x: np.ndarray) -> np.ndarray:
         """The Jacobian ``d phi_j / d x_k``, shape ``(n, M, D)``, at points of shape ``(n, D)``."""
