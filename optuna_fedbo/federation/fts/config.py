@@ -138,9 +138,10 @@ class FTSConfig(ProtocolConfig):
             features: two choices are ``sqrt(2) categorical_scale`` apart there (0: the
             broadcast is a function of the numeric parameters alone, shared by every choice;
             the participant's own GP still tells the choices apart). ``None`` (default):
-            :data:`CATEGORICAL_SCALE` when the federation is created; a stored configuration
-            without it (a federation created before this field) keeps 1, the one-hot encoding
-            as is.
+            :data:`CATEGORICAL_SCALE` when a federation of a space with a categorical parameter
+            is created (without one it stays ``None``: nothing to scale); a stored
+            configuration without it (a federation created before this field) keeps 1, the
+            one-hot encoding as is.
     """
 
     kind: ClassVar[str] = "fts"
@@ -242,7 +243,7 @@ class FTSConfig(ProtocolConfig):
         if self.aggregation is None:
             pooled = privacy is None and self.n_subregions == 1
             resolved = replace(resolved, aggregation="pooled" if pooled else "weighted")
-        if self.categorical_scale is None:
+        if self.categorical_scale is None and encoder.encoding.categorical_columns.any():
             resolved = replace(resolved, categorical_scale=CATEGORICAL_SCALE)
         if self.n_features is None:
             large = encoder.n_varying >= 4 and privacy is None
